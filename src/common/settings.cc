@@ -1,0 +1,239 @@
+#include "common/settings.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <mutex>
+
+namespace loom::settings {
+namespace {
+
+using T = Type;
+
+// The table. Keep entries grouped by subsystem; the doc says what the value
+// means and which values are accepted.
+constexpr Spec kTable[] = {
+    // Logging
+    {"NCCL_DEBUG", T::kString, "", "LOG",
+     "Log level: VERSION (print the version once), WARN, INFO, ABORT or TRACE. Unset: errors only."},
+    {"NCCL_DEBUG_SUBSYS", T::kString, "INIT,BOOTSTRAP,ENV", "LOG",
+     "Comma-separated subsystems logged at INFO: INIT, COLL, P2P, SHM, NET, GRAPH, TUNING, ENV, "
+     "ALLOC, CALL, PROXY, BOOTSTRAP, REG, ALL. A leading ^ logs all but those listed."},
+    {"NCCL_DEBUG_FILE", T::kString, "", "LOG",
+     "Write the log to this file instead of stderr; %h is replaced by the host name, %p by the pid."},
+    {"NCCL_CONF_FILE", T::kString, "", "ENV",
+     "File of NAME=VALUE lines read for settings not in the environment (default ~/.nccl.conf, "
+     "then /etc/nccl.conf)."},
+
+    // Bootstrap and sockets
+    {"NCCL_COMM_ID", T::kString, "", "BOOTSTRAP",
+     "host:port of the rendezvous. Rank 0 listens there; every rank connects to it. The unique id "
+     "passed to init is then only used for its secret."},
+    {"LOOM_COMM_SECRET", T::kString, "", "BOOTSTRAP",
+     "Shared secret that every bootstrap and transport connection must prove when NCCL_COMM_ID is "
+     "used (launchers such as loomrun set a fresh one). Unset: a fixed well-known value."},
+    {"NCCL_SOCKET_IFNAME", T::kString, "", "NET",
+     "Network interfaces to use: prefixes (eth,ib), ^ to exclude (^docker), = for exact names "
+     "(=eth0). Unset: the first interface that is not loopback or docker, else loopback."},
+    {"NCCL_SOCKET_FAMILY", T::kString, "", "NET",
+     "AF_INET or AF_INET6 to restrict interface selection to one address family."},
+    {"LOOM_SOCKETS_PER_PEER", T::kInt, "2", "NET",
+     "TCP sockets per peer pair; messages of at least LOOM_SOCKET_STRIPE_MIN bytes are striped "
+     "over all of them (1..16)."},
+    {"LOOM_SOCKET_STRIPE_MIN", T::kInt, "65536", "NET",
+     "Smallest message (bytes) that is striped over several sockets."},
+
+    {"NCCL_HOSTID", T::kString, "", "INIT",
+     "Host identity override: ranks with the same value are treated as one host. Default: "
+     "hostname plus kernel boot id."},
+
+    // Init, timeouts and failures
+    {"LOOM_INIT_TIMEOUT_S", T::kInt, "300", "INIT",
+     "Seconds init waits for all ranks to join before it fails, naming the ranks missing."},
+    {"LOOM_TIMEOUT_S", T::kInt, "1800", "COLL",
+     "Seconds an operation may make no progress before it fails with ncclRemoteError, naming the "
+     "ranks it waits for. 0 = wait forever."},
+    {"NCCL_COMM_BLOCKING", T::kInt, "1", "INIT",
+     "Default of ncclConfig_t.blocking when the config leaves it undefined: 1 blocking, 0 "
+     "non-blocking (calls may return ncclInProgress)."},
+
+    // Device selection
+    {"LOOM_DEVICE", T::kString, "auto", "INIT",
+     "Buffer mode of this process: host (host pointers, no GPU), cuda (device pointers), or auto "
+     "(cuda where a usable GPU exists, else host). All ranks of a communicator must agree."},
+
+    // Algorithms and buffers
+    {"NCCL_ALGO", T::kString, "", "TUNING",
+     "Restrict algorithm choice, e.g. Ring or Tree; ^ excludes. Unknown names are an error."},
+    {"NCCL_PROTO", T::kString, "", "TUNING",
+     "Restrict protocol choice (Simple, LL, LL128); loom's host path uses Simple."},
+    {"NCCL_BUFFSIZE", T::kInt, "4194304", "TUNING",
+     "Bytes of staging buffer per peer and channel; chunks are a fraction of it."},
+    {"LOOM_CHUNK_BYTES", T::kInt, "0", "TUNING",
+     "Pipeline chunk size in bytes for host collectives; 0 = chosen from NCCL_BUFFSIZE."},
+    {"NCCL_MIN_NCHANNELS", T::kInt, "1", "TUNING", "Fewest channels a collective is split over."},
+    {"NCCL_MAX_NCHANNELS", T::kInt, "1", "TUNING",
+     "Most channels a collective is split over (host path: each channel has its own connections)."},
+};
+
+std::mutex gMutex;
+std::shared_ptr<const Config> gCurrent;  // guarded by gMutex for writes
+
+[[noreturn]] void misuse(std::string_view what, std::string_view name) {
+  std::fprintf(stderr, "loom internal error: %.*s '%.*s'\n", int(what.size()), what.data(),
+               int(name.size()), name.data());
+  std::abort();
+}
+
+bool parseInt(const std::string& text, int64_t* out) {
+  if (text.empty()) return false;
+  char* end = nullptr;
+  errno = 0;
+  long long v = std::strtoll(text.c_str(), &end, 0);
+  if (errno != 0 || end == text.c_str()) return false;
+  while (*end == ' ' || *end == '\t') ++end;
+  if (*end != '\0') return false;
+  *out = v;
+  return true;
+}
+
+bool parseBool(const std::string& text, int64_t* out) {
+  if (text == "1" || text == "true" || text == "TRUE" || text == "yes" || text == "on") {
+    *out = 1;
+    return true;
+  }
+  if (text == "0" || text == "false" || text == "FALSE" || text == "no" || text == "off") {
+    *out = 0;
+    return true;
+  }
+  return false;
+}
+
+std::string trim(std::string s) {
+  size_t b = s.find_first_not_of(" \t\r\n");
+  size_t e = s.find_last_not_of(" \t\r\n");
+  if (b == std::string::npos) return "";
+  return s.substr(b, e - b + 1);
+}
+
+// NAME=VALUE lines; # starts a comment.
+std::map<std::string, std::string> readConfFile(const std::string& path) {
+  std::map<std::string, std::string> out;
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    line = trim(line);
+    if (line.empty() || line[0] == '#') continue;
+    size_t eq = line.find('=');
+    if (eq == std::string::npos) continue;
+    out[trim(line.substr(0, eq))] = trim(line.substr(eq + 1));
+  }
+  return out;
+}
+
+}  // namespace
+
+std::span<const Spec> table() { return kTable; }
+
+const Spec* find(std::string_view name) {
+  for (const Spec& s : kTable)
+    if (name == s.name) return &s;
+  return nullptr;
+}
+
+const char* typeName(Type type) {
+  switch (type) {
+    case Type::kInt: return "int";
+    case Type::kBool: return "bool";
+    case Type::kString: return "string";
+  }
+  return "?";
+}
+
+const char* sourceName(Source source) {
+  switch (source) {
+    case Source::kDefault: return "default";
+    case Source::kConfFile: return "conf file";
+    case Source::kEnvironment: return "environment";
+  }
+  return "?";
+}
+
+std::shared_ptr<const Config> load() {
+  auto cfg = std::make_shared<Config>();
+  // Config files first, so the environment wins.
+  std::map<std::string, std::string> file;
+  const char* confPath = std::getenv("NCCL_CONF_FILE");
+  if (confPath && *confPath) {
+    file = readConfFile(confPath);
+  } else {
+    const char* home = std::getenv("HOME");
+    if (home && *home) file = readConfFile(std::string(home) + "/.nccl.conf");
+    if (file.empty()) file = readConfFile("/etc/nccl.conf");
+  }
+  for (const Spec& spec : kTable) {
+    Config::Value v;
+    v.text = spec.defaultValue;
+    if (const char* env = std::getenv(spec.name)) {
+      v.text = env;
+      v.source = Source::kEnvironment;
+    } else if (auto it = file.find(spec.name); it != file.end()) {
+      v.text = it->second;
+      v.source = Source::kConfFile;
+    }
+    if (spec.type != Type::kString) {
+      bool ok = spec.type == Type::kInt ? parseInt(v.text, &v.number) : parseBool(v.text, &v.number);
+      if (!ok) {
+        if (v.source != Source::kDefault) {
+          cfg->warnings_ += std::string(spec.name) + "='" + v.text + "' is not a valid " +
+                            typeName(spec.type) + "; using the default " + spec.defaultValue + ". ";
+        }
+        v.text = spec.defaultValue;
+        v.source = Source::kDefault;
+        int64_t d = 0;
+        (spec.type == Type::kInt ? parseInt : parseBool)(v.text, &d);
+        v.number = d;
+      }
+    }
+    cfg->values_.emplace(spec.name, std::move(v));
+  }
+  return cfg;
+}
+
+std::shared_ptr<const Config> current() {
+  std::lock_guard<std::mutex> lock(gMutex);
+  if (!gCurrent) gCurrent = load();
+  return gCurrent;
+}
+
+void reload() {
+  auto fresh = load();
+  std::lock_guard<std::mutex> lock(gMutex);
+  gCurrent = std::move(fresh);
+}
+
+const Config::Value& Config::lookup(std::string_view name, Type type) const {
+  auto it = values_.find(name);
+  if (it == values_.end()) misuse("read of undeclared setting", name);
+  const Spec* spec = find(name);
+  if (spec->type != type && !(type == Type::kString)) misuse("read with the wrong type", name);
+  return it->second;
+}
+
+int64_t Config::getInt(std::string_view name) const { return lookup(name, Type::kInt).number; }
+bool Config::getBool(std::string_view name) const { return lookup(name, Type::kBool).number != 0; }
+const std::string& Config::getString(std::string_view name) const {
+  return lookup(name, Type::kString).text;
+}
+const std::string& Config::text(std::string_view name) const {
+  return lookup(name, Type::kString).text;
+}
+bool Config::isSet(std::string_view name) const {
+  return lookup(name, Type::kString).source != Source::kDefault;
+}
+Source Config::source(std::string_view name) const { return lookup(name, Type::kString).source; }
+
+}  // namespace loom::settings

@@ -1,0 +1,70 @@
+// The one table of settings (environment variables and config-file lines).
+//
+// Every setting loom reads is declared once in settings.cc with its name,
+// type, default, subsystem and doc; getenv() appears nowhere else in src/.
+// Values are read once into an immutable Config snapshot. NCCL_* names keep
+// NCCL's meaning; LOOM_* names are loom's own. Precedence: environment, then
+// NCCL_CONF_FILE (or ~/.nccl.conf, then /etc/nccl.conf), then the default.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+
+namespace loom::settings {
+
+enum class Type { kInt, kBool, kString };
+
+struct Spec {
+  const char* name;
+  Type type;
+  const char* defaultValue;  // as text; "" for none
+  const char* subsystem;     // INIT, NET, COLL, ...
+  const char* doc;
+};
+
+// Every declared setting, in table order.
+std::span<const Spec> table();
+const Spec* find(std::string_view name);
+const char* typeName(Type type);
+
+enum class Source { kDefault, kConfFile, kEnvironment };
+const char* sourceName(Source source);
+
+class Config {
+ public:
+  // Typed reads. Asking for an undeclared name or the wrong type is a bug in
+  // loom and aborts with a message (it can never depend on user input).
+  int64_t getInt(std::string_view name) const;
+  bool getBool(std::string_view name) const;
+  const std::string& getString(std::string_view name) const;
+  // Raw text as read ("" when unset and no default).
+  const std::string& text(std::string_view name) const;
+  bool isSet(std::string_view name) const;  // given by env or conf file
+  Source source(std::string_view name) const;
+  // Problems found while reading (bad numbers...), already logged once.
+  const std::string& warnings() const { return warnings_; }
+
+ private:
+  friend std::shared_ptr<const Config> load();
+  struct Value {
+    std::string text;
+    int64_t number = 0;
+    Source source = Source::kDefault;
+  };
+  const Value& lookup(std::string_view name, Type type) const;
+  std::map<std::string, Value, std::less<>> values_;
+  std::string warnings_;
+};
+
+// The process-wide snapshot, read on first use. Cheap to call.
+std::shared_ptr<const Config> current();
+// Re-reads the environment and files (ncclResetDebugInit, tests).
+void reload();
+// Reads a fresh snapshot without installing it.
+std::shared_ptr<const Config> load();
+
+}  // namespace loom::settings
