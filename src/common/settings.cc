@@ -18,7 +18,8 @@ using T = Type;
 constexpr Spec kTable[] = {
     // Logging
     {"NCCL_DEBUG", T::kString, "", "LOG",
-     "Log level: VERSION (print the version once), WARN, INFO, ABORT or TRACE. Unset: errors only."},
+     "Log level: VERSION (print the version once), WARN, INFO, ABORT or TRACE. Unset: nothing is "
+     "printed; a failed call's reason is still returned by ncclGetLastError."},
     {"NCCL_DEBUG_SUBSYS", T::kString, "INIT,BOOTSTRAP,ENV", "LOG",
      "Comma-separated subsystems logged at INFO: INIT, COLL, P2P, SHM, NET, GRAPH, TUNING, ENV, "
      "ALLOC, CALL, PROXY, BOOTSTRAP, REG, ALL. A leading ^ logs all but those listed."},
@@ -65,18 +66,12 @@ constexpr Spec kTable[] = {
      "Buffer mode of this process: host (host pointers, no GPU), cuda (device pointers), or auto "
      "(cuda where a usable GPU exists, else host). All ranks of a communicator must agree."},
 
-    // Algorithms and buffers
-    {"NCCL_ALGO", T::kString, "", "TUNING",
-     "Restrict algorithm choice, e.g. Ring or Tree; ^ excludes. Unknown names are an error."},
-    {"NCCL_PROTO", T::kString, "", "TUNING",
-     "Restrict protocol choice (Simple, LL, LL128); loom's host path uses Simple."},
+    // Buffers and pipelining
     {"NCCL_BUFFSIZE", T::kInt, "4194304", "TUNING",
-     "Bytes of staging buffer per peer and channel; chunks are a fraction of it."},
+     "Staging buffer bytes per peer and channel; host pipeline slices are 1/8 of it (at least "
+     "64 KiB) unless LOOM_CHUNK_BYTES is set."},
     {"LOOM_CHUNK_BYTES", T::kInt, "0", "TUNING",
      "Pipeline chunk size in bytes for host collectives; 0 = chosen from NCCL_BUFFSIZE."},
-    {"NCCL_MIN_NCHANNELS", T::kInt, "1", "TUNING", "Fewest channels a collective is split over."},
-    {"NCCL_MAX_NCHANNELS", T::kInt, "1", "TUNING",
-     "Most channels a collective is split over (host path: each channel has its own connections)."},
 };
 
 std::mutex gMutex;
