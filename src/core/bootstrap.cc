@@ -1,0 +1,270 @@
+#include "core/bootstrap.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <cstring>
+
+#include "common/log.h"
+#include "common/settings.h"
+
+namespace loom::core {
+namespace {
+
+constexpr double kHelloTimeoutS = 30;
+
+// Sends `sbytes` on sfd while receiving `rbytes` on rfd, so neither side of
+// a ring step can block the other however large the blocks are.
+Status exchange(int sfd, const void* sbuf, size_t sbytes, int rfd, void* rbuf, size_t rbytes,
+                Deadline deadline, const std::atomic<bool>* abort, const std::string& prevName) {
+  size_t sent = 0, got = 0;
+  while (sent < sbytes || got < rbytes) {
+    if (abort && abort->load(std::memory_order_relaxed)) return invalidUsage("communicator aborted");
+    pollfd fds[2] = {{sfd, short(sent < sbytes ? POLLOUT : 0), 0},
+                     {rfd, short(got < rbytes ? POLLIN : 0), 0}};
+    int rc = ::poll(fds, 2, deadline.msLeft(100));
+    if (rc < 0 && errno != EINTR) return systemErrno("poll", errno);
+    if (sent < sbytes) {
+      ssize_t n = ::send(sfd, static_cast<const char*>(sbuf) + sent, sbytes - sent,
+                         MSG_DONTWAIT | MSG_NOSIGNAL);
+      if (n > 0) sent += size_t(n);
+      else if (n < 0 && errno != EAGAIN && errno != EINTR)
+        return remoteError("bootstrap ring: sending to the next rank failed: " +
+                           std::string(strerror(errno)));
+    }
+    if (got < rbytes) {
+      ssize_t n = ::recv(rfd, static_cast<char*>(rbuf) + got, rbytes - got, MSG_DONTWAIT);
+      if (n > 0) got += size_t(n);
+      else if (n == 0) return remoteError(prevName + " closed its bootstrap connection");
+      else if (errno != EAGAIN && errno != EINTR)
+        return remoteError("bootstrap ring: receiving from " + prevName + " failed: " +
+                           std::string(strerror(errno)));
+    }
+    if (deadline.expired()) return remoteError("bootstrap ring: timed out waiting for " + prevName);
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+uint64_t hashBytes(const void* data, size_t bytes, uint64_t seed) {
+  uint64_t h = seed;
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < bytes; ++i) {
+    h ^= p[i];
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+Result<std::unique_ptr<Bootstrap>> Bootstrap::open(const Identity& id, const net::SocketAddress* reach) {
+  auto cfg = settings::current();
+  LOOM_ASSIGN_OR_RETURN(net::Interface iface,
+                        net::chooseInterface(cfg->getString("NCCL_SOCKET_IFNAME"),
+                                             cfg->getString("NCCL_SOCKET_FAMILY"), reach));
+  std::unique_ptr<Bootstrap> b(new Bootstrap(id));
+  net::SocketAddress bindAddr = iface.addr;
+  bindAddr.setPort(0);
+  LOOM_ASSIGN_OR_RETURN(b->listener_, net::listenOn(bindAddr, &b->listenAddr_));
+  LOOM_INFO(log::kBootstrap, "rank %d listens on %s (%s)", id.rank, b->listenAddr_.toString().c_str(),
+            iface.name.c_str());
+  return b;
+}
+
+std::string Bootstrap::describe(int r) const {
+  if (r < 0 || size_t(r) >= table_.size()) return "rank " + std::to_string(r);
+  const auto& p = table_[size_t(r)];
+  return "rank " + std::to_string(r) + " (host " + std::string(p.hostname) + ", pid " +
+         std::to_string(p.pid) + ")";
+}
+
+Status Bootstrap::joinRoot(const net::SocketAddress& root, wire::RankInfo self, Deadline deadline,
+                           const std::atomic<bool>* abort) {
+  listenAddr_.encode(self.listenAddr);
+  LOOM_ASSIGN_OR_RETURN(net::UniqueFd fd, net::connectTo(root, deadline, abort));
+  wire::Hello h{};
+  h.magic = wire::kHelloMagic;
+  h.kind = uint32_t(wire::HelloKind::kRootJoin);
+  h.secret[0] = id_.secret[0];
+  h.secret[1] = id_.secret[1];
+  h.fromRank = uint32_t(id_.rank);
+  h.toRank = uint32_t(id_.nranks);
+  h.payload = sizeof self;
+  LOOM_TRY(net::sendAll(fd.get(), &h, sizeof h, deadline, abort));
+  LOOM_TRY(net::sendAll(fd.get(), &self, sizeof self, deadline, abort));
+  wire::Reply reply{};
+  Status s = net::recvAll(fd.get(), &reply, sizeof reply, deadline, abort);
+  if (!s.isOk()) {
+    return s.addContext("waiting for the other ranks at the rendezvous " + root.toString());
+  }
+  if (reply.magic != wire::kReplyMagic) {
+    return remoteError("the rendezvous at " + root.toString() + " answered with bytes that are not loom's");
+  }
+  if (reply.status != 0) {
+    std::string text(std::min<uint32_t>(reply.length, 4096), '\0');
+    LOOM_TRY(net::recvAll(fd.get(), text.data(), text.size(), deadline, abort));
+    Code code = text.find("timed out") != std::string::npos ? Code::kRemoteError : Code::kInvalidUsage;
+    return Status(code, "init failed: " + text);
+  }
+  if (reply.length != id_.nranks * sizeof(wire::RankInfo)) {
+    return remoteError("the rendezvous sent a table of the wrong size");
+  }
+  table_.resize(size_t(id_.nranks));
+  LOOM_TRY(net::recvAll(fd.get(), table_.data(), reply.length, deadline, abort));
+  return buildRing(deadline, abort);
+}
+
+Status Bootstrap::adoptTable(std::vector<wire::RankInfo> table, Deadline deadline,
+                             const std::atomic<bool>* abort) {
+  table_ = std::move(table);
+  return buildRing(deadline, abort);
+}
+
+Status Bootstrap::buildRing(Deadline deadline, const std::atomic<bool>* abort) {
+  const int n = id_.nranks;
+  if (n == 1) return Status::ok();
+  const int next = (id_.rank + 1) % n, prev = (id_.rank + n - 1) % n;
+  LOOM_ASSIGN_OR_RETURN(ringNext_, connectPeer(next, wire::HelloKind::kBootstrapRing, 0, 0, 1,
+                                               nullptr, 0, deadline, abort));
+  LOOM_ASSIGN_OR_RETURN(ringPrev_, waitFor(wire::HelloKind::kBootstrapRing, prev, deadline, abort));
+  return Status::ok();
+}
+
+Result<net::UniqueFd> Bootstrap::connectPeer(int peer, wire::HelloKind kind, uint32_t channel,
+                                             uint32_t index, uint32_t count, const void* payload,
+                                             uint32_t payloadBytes, Deadline deadline,
+                                             const std::atomic<bool>* abort) {
+  LOOM_ASSIGN_OR_RETURN(auto addr, net::SocketAddress::decode(table_[size_t(peer)].listenAddr));
+  auto fd = net::connectTo(addr, deadline, abort);
+  if (!fd.isOk()) return fd.takeStatus().addContext("connecting to " + describe(peer));
+  wire::Hello h{};
+  h.magic = wire::kHelloMagic;
+  h.kind = uint32_t(kind);
+  h.secret[0] = id_.secret[0];
+  h.secret[1] = id_.secret[1];
+  h.commHash = id_.commHash;
+  h.fromRank = uint32_t(id_.rank);
+  h.toRank = uint32_t(peer);
+  h.channel = channel;
+  h.index = index;
+  h.count = count;
+  h.payload = payloadBytes;
+  LOOM_TRY(net::sendAll(fd.value().get(), &h, sizeof h, deadline, abort));
+  if (payloadBytes) LOOM_TRY(net::sendAll(fd.value().get(), payload, payloadBytes, deadline, abort));
+  return std::move(fd.value());
+}
+
+Status Bootstrap::checkHello(const wire::Hello& h) const {
+  if (h.magic != wire::kHelloMagic) return invalidArgument("bytes that are not a loom hello");
+  if (h.secret[0] != id_.secret[0] || h.secret[1] != id_.secret[1])
+    return invalidArgument("a wrong secret (claims rank " + std::to_string(h.fromRank) + ")");
+  if (h.commHash != id_.commHash) return invalidArgument("a hello for another communicator");
+  if (h.toRank != uint32_t(id_.rank) || h.fromRank >= uint32_t(id_.nranks))
+    return invalidArgument("a hello with a bad rank (" + std::to_string(h.fromRank) + ")");
+  if (h.kind < uint32_t(wire::HelloKind::kBootstrapRing) || h.kind > uint32_t(wire::HelloKind::kAbortNotice))
+    return invalidArgument("a hello of unknown kind");
+  if (h.payload > wire::kMaxNoticeBytes) return invalidArgument("a hello with an oversized payload");
+  if (h.kind == uint32_t(wire::HelloKind::kData) && (h.count < 1 || h.count > 16 || h.index >= h.count))
+    return invalidArgument("a data hello with a bad socket count");
+  return Status::ok();
+}
+
+void Bootstrap::service() {
+  for (;;) {
+    auto fd = net::acceptOne(listener_.get());
+    if (!fd.isOk() || !fd.value().valid()) break;
+    pending_.push_back(Pending{std::move(fd.value()), {}, Clock::now()});
+  }
+  for (size_t i = 0; i < pending_.size();) {
+    Pending& p = pending_[i];
+    bool drop = false;
+    size_t need = sizeof(wire::Hello);
+    if (p.buf.size() >= need) {
+      wire::Hello h;
+      std::memcpy(&h, p.buf.data(), sizeof h);
+      need += h.payload;
+    }
+    uint8_t tmp[sizeof(wire::Hello) + wire::kMaxNoticeBytes];
+    ssize_t got = need > p.buf.size() ? ::recv(p.fd.get(), tmp, need - p.buf.size(), MSG_DONTWAIT) : 0;
+    if (got > 0) {
+      p.buf.insert(p.buf.end(), tmp, tmp + got);
+    } else if (need > p.buf.size() &&
+               (got == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))) {
+      drop = true;
+    }
+    if (!drop && p.buf.size() >= sizeof(wire::Hello)) {
+      wire::Hello h;
+      std::memcpy(&h, p.buf.data(), sizeof h);
+      Status ok = checkHello(h);
+      if (!ok.isOk()) {
+        LOOM_WARN("rank %d: refused a connection that sent %s", id_.rank, ok.message().c_str());
+        drop = true;
+      } else if (p.buf.size() == sizeof h + h.payload) {
+        if (h.kind == uint32_t(wire::HelloKind::kAbortNotice)) {
+          notices_.push_back(Notice{int(h.fromRank),
+                                    std::string(reinterpret_cast<char*>(p.buf.data()) + sizeof h, h.payload)});
+        } else {
+          if (h.kind == uint32_t(wire::HelloKind::kData)) dataSockets_[int(h.fromRank)] = int(h.count);
+          stash_[Key{h.kind, int(h.fromRank), h.channel, h.index}] = std::move(p.fd);
+        }
+        drop = true;  // done with it either way
+      }
+    }
+    if (!drop && secondsSince(p.since) > kHelloTimeoutS) {
+      LOOM_WARN("rank %d: a connection stayed silent for %.0f s; closed it", id_.rank, kHelloTimeoutS);
+      drop = true;
+    }
+    if (drop) pending_.erase(pending_.begin() + long(i));
+    else ++i;
+  }
+}
+
+std::optional<net::UniqueFd> Bootstrap::take(wire::HelloKind kind, int from, uint32_t channel,
+                                             uint32_t index) {
+  auto it = stash_.find(Key{uint32_t(kind), from, channel, index});
+  if (it == stash_.end()) return std::nullopt;
+  net::UniqueFd fd = std::move(it->second);
+  stash_.erase(it);
+  return fd;
+}
+
+int Bootstrap::socketCount(int from) const {
+  auto it = dataSockets_.find(from);
+  return it == dataSockets_.end() ? 0 : it->second;
+}
+
+std::vector<Notice> Bootstrap::takeNotices() { return std::exchange(notices_, {}); }
+
+Result<net::UniqueFd> Bootstrap::waitFor(wire::HelloKind kind, int from, Deadline deadline,
+                                         const std::atomic<bool>* abort) {
+  for (;;) {
+    service();
+    if (auto fd = take(kind, from, 0, 0)) return std::move(*fd);
+    if (abort && abort->load()) return invalidUsage("communicator aborted");
+    if (deadline.expired()) return remoteError("timed out waiting for " + describe(from) + " to connect");
+    std::vector<pollfd> fds{{listener_.get(), POLLIN, 0}};
+    for (auto& p : pending_) fds.push_back({p.fd.get(), POLLIN, 0});
+    if (::poll(fds.data(), fds.size(), deadline.msLeft(100)) < 0 && errno != EINTR)
+      return systemErrno("poll", errno);
+  }
+}
+
+Status Bootstrap::allGather(void* data, size_t bytes, Deadline deadline, const std::atomic<bool>* abort) {
+  const int n = id_.nranks;
+  auto* base = static_cast<uint8_t*>(data);
+  const std::string prevName = describe((id_.rank + n - 1) % n);
+  for (int k = 0; k < n - 1; ++k) {
+    int sendBlock = (id_.rank - k + n) % n;
+    int recvBlock = (id_.rank - k - 1 + n) % n;
+    LOOM_TRY(exchange(ringNext_.get(), base + size_t(sendBlock) * bytes, bytes, ringPrev_.get(),
+                      base + size_t(recvBlock) * bytes, bytes, deadline, abort, prevName));
+  }
+  return Status::ok();
+}
+
+Status Bootstrap::barrier(Deadline deadline, const std::atomic<bool>* abort) {
+  std::vector<uint8_t> dummy(size_t(id_.nranks));
+  return allGather(dummy.data(), 1, deadline, abort);
+}
+
+}  // namespace loom::core

@@ -1,0 +1,110 @@
+// Bootstrap: how the ranks of one communicator find and reach each other.
+//
+// Each rank owns a listener. At init it joins the rendezvous root (unique
+// id) or, for a split, gets its peers from the parent communicator; then it
+// knows every rank's RankInfo (listen address, pid, host). A ring of
+// bootstrap sockets carries small collectives (allGather, barrier). Every
+// later connection to a rank, data or abort notice, goes to its listener and
+// starts with a Hello that proves the secret; the listener is serviced
+// without blocking and stashes authenticated sockets until someone asks.
+#pragma once
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "common/status.h"
+#include "common/time.h"
+#include "core/wire.h"
+#include "transport/tcp/socket.h"
+
+namespace loom::core {
+
+struct Notice {
+  int fromRank;
+  std::string text;
+};
+
+class Bootstrap {
+ public:
+  struct Identity {
+    uint64_t secret[2] = {0, 0};
+    uint64_t commHash = 0;
+    int rank = 0;
+    int nranks = 1;
+  };
+
+  // Opens this rank's listener (on the interface chosen by
+  // NCCL_SOCKET_IFNAME / NCCL_SOCKET_FAMILY; `reach` hints the subnet).
+  static Result<std::unique_ptr<Bootstrap>> open(const Identity& id, const net::SocketAddress* reach);
+
+  // Rendezvous through the root at `root`; `self` is completed with the
+  // listen address. Fills the peer table and builds the ring.
+  Status joinRoot(const net::SocketAddress& root, wire::RankInfo self, Deadline deadline,
+                  const std::atomic<bool>* abort);
+  // For a split: the table comes from the parent; builds the ring.
+  Status adoptTable(std::vector<wire::RankInfo> table, Deadline deadline,
+                    const std::atomic<bool>* abort);
+
+  const Identity& identity() const { return id_; }
+  // A split learns its rank only after the listener is open.
+  void setIdentity(const Identity& id) { id_ = id; }
+  int rank() const { return id_.rank; }
+  int nranks() const { return id_.nranks; }
+  const wire::RankInfo& peer(int r) const { return table_[size_t(r)]; }
+  const net::SocketAddress& listenAddress() const { return listenAddr_; }
+  int listenFd() const { return listener_.get(); }
+  // "rank 3 (host b, pid 4242)"
+  std::string describe(int r) const;
+
+  // Ring collectives: blocking, bounded by the deadline and abort flag.
+  // allGather: `data` holds nranks blocks of `bytes`; block `rank` is ours.
+  Status allGather(void* data, size_t bytes, Deadline deadline, const std::atomic<bool>* abort);
+  Status barrier(Deadline deadline, const std::atomic<bool>* abort);
+
+  // Opens a connection to `peer`'s listener and sends the Hello (+payload).
+  Result<net::UniqueFd> connectPeer(int peer, wire::HelloKind kind, uint32_t channel, uint32_t index,
+                                    uint32_t count, const void* payload, uint32_t payloadBytes,
+                                    Deadline deadline, const std::atomic<bool>* abort);
+  // Accepts and reads pending connections without blocking.
+  void service();
+  // An authenticated socket stashed by service(), if it arrived.
+  std::optional<net::UniqueFd> take(wire::HelloKind kind, int from, uint32_t channel, uint32_t index);
+  // Sockets announced by `from` for its data connection to us (0: none yet).
+  int socketCount(int from) const;
+  // Abort notices received so far (consumed).
+  std::vector<Notice> takeNotices();
+
+ private:
+  explicit Bootstrap(const Identity& id) : id_(id) {}
+  Status buildRing(Deadline deadline, const std::atomic<bool>* abort);
+  Status checkHello(const wire::Hello& h) const;
+  Result<net::UniqueFd> waitFor(wire::HelloKind kind, int from, Deadline deadline,
+                                const std::atomic<bool>* abort);
+
+  struct Pending {
+    net::UniqueFd fd;
+    std::vector<uint8_t> buf;
+    Clock::time_point since;
+  };
+  using Key = std::tuple<uint32_t, int, uint32_t, uint32_t>;  // kind, from, channel, index
+
+  Identity id_;
+  net::UniqueFd listener_;
+  net::SocketAddress listenAddr_;
+  std::vector<wire::RankInfo> table_;
+  net::UniqueFd ringNext_, ringPrev_;
+  std::vector<Pending> pending_;
+  std::map<Key, net::UniqueFd> stash_;
+  std::vector<Notice> notices_;
+  std::map<int, int> dataSockets_;  // from rank -> announced socket count
+};
+
+// 64-bit FNV-1a of some bytes (comm hashes, secrets from text).
+uint64_t hashBytes(const void* data, size_t bytes, uint64_t seed = 1469598103934665603ull);
+
+}  // namespace loom::core

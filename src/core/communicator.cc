@@ -1,0 +1,439 @@
+#include "core/communicator.h"
+
+#include <sys/eventfd.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "common/log.h"
+#include "common/settings.h"
+#include "core/root.h"
+#include "core/scalar.h"
+#include "topology/host_id.h"
+#include "transport/loopback/connection.h"
+#include "transport/tcp/connection.h"
+
+namespace loom::core {
+namespace {
+
+constexpr int kNumBuiltinOps = 5;  // ncclNumOps
+constexpr int kAvg = 4;
+// Secret used with NCCL_COMM_ID when LOOM_COMM_SECRET is unset: well known,
+// like NCCL's fixed magic; it only keeps strangers' bytes out.
+constexpr uint64_t kWellKnownSecret[2] = {0x6c6f6f6d2d636f6dull, 0x6d2d69642d763031ull};
+
+void secretFromSettings(uint64_t out[2]) {
+  const std::string& text = settings::current()->getString("LOOM_COMM_SECRET");
+  if (text.empty()) {
+    out[0] = kWellKnownSecret[0];
+    out[1] = kWellKnownSecret[1];
+  } else {
+    out[0] = hashBytes(text.data(), text.size());
+    out[1] = hashBytes(text.data(), text.size(), 0x9e3779b97f4a7c15ull);
+  }
+}
+
+Result<net::SocketAddress> commIdAddress() {
+  const std::string& env = settings::current()->getString("NCCL_COMM_ID");
+  auto addr = net::SocketAddress::parse(env);
+  if (!addr.isOk()) {
+    return invalidArgument("NCCL_COMM_ID='" + env + "' is not a valid host:port: " +
+                           addr.status().message());
+  }
+  return addr;
+}
+
+bool useCommIdEnv() { return !settings::current()->getString("NCCL_COMM_ID").empty(); }
+
+}  // namespace
+
+CommOptions CommOptions::fromSettings() {
+  auto cfg = settings::current();
+  CommOptions o;
+  o.blocking = cfg->getInt("NCCL_COMM_BLOCKING") != 0;
+  o.socketsPerPeer = int(std::clamp<int64_t>(cfg->getInt("LOOM_SOCKETS_PER_PEER"), 1, 16));
+  o.stripeMin = size_t(std::max<int64_t>(cfg->getInt("LOOM_SOCKET_STRIPE_MIN"), 4096));
+  int64_t chunk = cfg->getInt("LOOM_CHUNK_BYTES");
+  if (chunk <= 0) chunk = std::max<int64_t>(cfg->getInt("NCCL_BUFFSIZE") / 8, 64 * 1024);
+  o.sliceBytes = size_t(std::max<int64_t>(chunk, 4096));
+  o.timeoutS = double(cfg->getInt("LOOM_TIMEOUT_S"));
+  o.initTimeoutS = double(std::max<int64_t>(cfg->getInt("LOOM_INIT_TIMEOUT_S"), 1));
+  return o;
+}
+
+Status getUniqueId(uint8_t id[kUniqueIdBytes]) {
+  std::memset(id, 0, kUniqueIdBytes);
+  wire::UniqueIdPayload p{};
+  p.magic = wire::kIdMagic;
+  p.version = wire::kIdVersion;
+  net::SocketAddress root;
+  if (useCommIdEnv()) {
+    LOOM_ASSIGN_OR_RETURN(root, commIdAddress());
+    secretFromSettings(p.secret);
+  } else {
+    if (getrandom(p.secret, sizeof p.secret, 0) != ssize_t(sizeof p.secret))
+      return systemErrno("getrandom", errno);
+    auto cfg = settings::current();
+    LOOM_ASSIGN_OR_RETURN(net::Interface iface,
+                          net::chooseInterface(cfg->getString("NCCL_SOCKET_IFNAME"),
+                                               cfg->getString("NCCL_SOCKET_FAMILY"), nullptr));
+    net::SocketAddress bindAddr = iface.addr;
+    bindAddr.setPort(0);
+    LOOM_ASSIGN_OR_RETURN(net::UniqueFd listener, net::listenOn(bindAddr, &root));
+    RootOptions ro;
+    ro.secret[0] = p.secret[0];
+    ro.secret[1] = p.secret[1];
+    ro.initTimeoutS = CommOptions::fromSettings().initTimeoutS;
+    LOOM_TRY(startRoot(std::move(listener), ro));
+    LOOM_INFO(log::kBootstrap, "unique id: rendezvous root listens on %s", root.toString().c_str());
+  }
+  if (getrandom(&p.nonce, sizeof p.nonce, 0) != ssize_t(sizeof p.nonce)) p.nonce = uint64_t(getpid());
+  root.encode(p.rootAddr);
+  std::memcpy(id, &p, sizeof p);
+  return Status::ok();
+}
+
+Communicator::Communicator(const CommOptions& options) : options_(options) {
+  wakeFd_.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+}
+
+Communicator::~Communicator() {
+  abort();
+  if (initThread_.joinable()) initThread_.join();
+}
+
+std::string Communicator::describe() const {
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "comm %p rank %d/%d", static_cast<const void*>(this), rank_, nranks_);
+  std::string s = buf;
+  if (!options_.name.empty()) s += " (" + options_.name + ")";
+  return s;
+}
+
+Status Communicator::initFromId(const uint8_t id[kUniqueIdBytes], int nranks, int rank) {
+  rank_ = rank;
+  nranks_ = nranks;
+  log::ScopedRank logRank(rank);
+  wire::UniqueIdPayload p;
+  std::memcpy(&p, id, sizeof p);
+  Bootstrap::Identity ident;
+  ident.rank = rank;
+  ident.nranks = nranks;
+  ident.commHash = hashBytes(id, kUniqueIdBytes);
+  net::SocketAddress root;
+  if (useCommIdEnv()) {
+    LOOM_ASSIGN_OR_RETURN(root, commIdAddress());
+    secretFromSettings(ident.secret);
+    // All ranks derive the same hash whatever id bytes they were given.
+    ident.commHash = hashBytes(ident.secret, sizeof ident.secret, hashBytes(root.toString().data(), root.toString().size()));
+  } else {
+    if (p.magic != wire::kIdMagic || p.version != wire::kIdVersion) {
+      return invalidArgument("the ncclUniqueId was not made by loom's ncclGetUniqueId (or is "
+                             "corrupt): pass every rank the id that one rank got, or set NCCL_COMM_ID");
+    }
+    LOOM_ASSIGN_OR_RETURN(root, net::SocketAddress::decode(p.rootAddr));
+    ident.secret[0] = p.secret[0];
+    ident.secret[1] = p.secret[1];
+  }
+  if (useCommIdEnv() && rank == 0) {
+    net::SocketAddress bound;
+    auto listener = net::listenOn(root, &bound);
+    if (!listener.isOk()) {
+      return listener.takeStatus().addContext("NCCL_COMM_ID=" + root.toString() +
+                                              ": rank 0 cannot listen there (is the port in use?)");
+    }
+    RootOptions ro;
+    ro.secret[0] = ident.secret[0];
+    ro.secret[1] = ident.secret[1];
+    ro.initTimeoutS = options_.initTimeoutS;
+    LOOM_TRY(startRoot(std::move(listener.value()), ro));
+  }
+  LOOM_ASSIGN_OR_RETURN(bootstrap_, Bootstrap::open(ident, &root));
+  LOOM_ASSIGN_OR_RETURN(Mode mode, processMode());
+  wire::RankInfo self{};
+  self.pid = uint32_t(getpid());
+  self.hostHash = topology::hostHash();
+  self.mode = uint32_t(mode);
+  self.cudaDevice = UINT32_MAX;
+  std::snprintf(self.hostname, sizeof self.hostname, "%s", topology::hostName().c_str());
+  Deadline deadline = Deadline::afterSeconds(options_.initTimeoutS + 15);
+  Status s = bootstrap_->joinRoot(root, self, deadline, &abort_);
+  if (!s.isOk()) return s.addContext("rank " + std::to_string(rank) + " of " + std::to_string(nranks));
+  return finishInit();
+}
+
+Status Communicator::finishInit() {
+  const Mode mine = Mode(bootstrap_->peer(rank_).mode);
+  for (int r = 0; r < nranks_; ++r) {
+    if (Mode(bootstrap_->peer(r).mode) != mine) {
+      return invalidUsage(describePeer(r) + " runs in " + modeName(Mode(bootstrap_->peer(r).mode)) +
+                          " mode but this rank runs in " + modeName(mine) +
+                          " mode; set the same LOOM_DEVICE on every rank");
+    }
+  }
+  conns_.resize(size_t(nranks_));
+  connPtrs_.assign(size_t(nranks_), nullptr);
+  // Ring neighbours are connected now, so a rank that dies before the first
+  // operation is noticed by its connections closing.
+  std::vector<int> ring{(rank_ + 1) % nranks_, (rank_ + nranks_ - 1) % nranks_};
+  LOOM_TRY(connectAll(ring, Deadline::afterSeconds(options_.initTimeoutS)));
+  state_.store(State::kReady);
+  LOOM_INFO(log::kInit, "%s ready (%d ranks, %d sockets per peer)", describe().c_str(), nranks_,
+            options_.socketsPerPeer);
+  return Status::ok();
+}
+
+void Communicator::startAsync(std::function<Status()> job) {
+  initThread_ = std::thread([this, job = std::move(job)] {
+    Status s = job();
+    if (!s.isOk()) {
+      fail(s, false);
+      state_.store(State::kFailed);
+    }
+  });
+}
+
+Status Communicator::waitReady() {
+  if (initThread_.joinable() && initThread_.get_id() != std::this_thread::get_id()) initThread_.join();
+  return asyncError();
+}
+
+Status Communicator::asyncError() const {
+  {
+    std::lock_guard<std::mutex> lock(errorMutex_);
+    if (!error_.isOk()) return error_;
+  }
+  if (state_.load() == State::kInitializing) return Status(Code::kInProgress, "init in progress");
+  return Status::ok();
+}
+
+void Communicator::fail(const Status& status, bool tellPeers) {
+  {
+    std::lock_guard<std::mutex> lock(errorMutex_);
+    if (!error_.isOk()) return;
+    error_ = status;
+  }
+  LOOM_WARN("%s: %s", describe().c_str(), status.message().c_str());
+  if (!tellPeers || !bootstrap_ || nranks_ <= 1) return;
+  std::string text = status.message().substr(0, wire::kMaxNoticeBytes);
+  Deadline total = Deadline::afterSeconds(3);
+  for (int r = 0; r < nranks_ && !total.expired(); ++r) {
+    if (r == rank_) continue;
+    Deadline d = Deadline::afterMs(std::min(500, total.msLeft()));
+    std::lock_guard<std::mutex> lock(listenMutex_);
+    auto fd = bootstrap_->connectPeer(r, wire::HelloKind::kAbortNotice, 0, 0, 0, text.data(),
+                                      uint32_t(text.size()), d, nullptr);
+    fd.status().ignore();
+  }
+}
+
+void Communicator::pollNotices() {
+  std::vector<Notice> notices;
+  {
+    std::lock_guard<std::mutex> lock(listenMutex_);
+    if (!bootstrap_) return;
+    bootstrap_->service();
+    notices = bootstrap_->takeNotices();
+  }
+  for (const Notice& n : notices) {
+    fail(remoteError(describePeer(n.fromRank) + " reports: " + n.text), false);
+  }
+}
+
+void Communicator::abort() {
+  if (abort_.exchange(true)) return;
+  uint64_t one = 1;
+  if (wakeFd_.valid()) (void)!::write(wakeFd_.get(), &one, sizeof one);
+}
+
+Status Communicator::connectStep(const std::vector<int>& peers, bool* ready) {
+  *ready = true;
+  for (int p : peers) {
+    if (connPtrs_[size_t(p)]) continue;
+    bool pending = false;
+    LOOM_ASSIGN_OR_RETURN(auto conn, makeConnection(p, &pending));
+    if (pending) {
+      *ready = false;
+      continue;
+    }
+    LOOM_INFO(log::kInit, "%s: connection to %s via %s", describe().c_str(), describePeer(p).c_str(),
+              conn->kind());
+    connPtrs_[size_t(p)] = conn.get();
+    conns_[size_t(p)] = std::move(conn);
+  }
+  return Status::ok();
+}
+
+Result<std::unique_ptr<transport::Connection>> Communicator::makeConnection(int peer, bool* pending) {
+  using transport::Connection;
+  if (peer == rank_) return std::unique_ptr<Connection>(new transport::loopback::LoopbackConnection(rank_));
+  const int nsock = options_.socketsPerPeer;
+  std::vector<net::UniqueFd> sockets;
+  if (rank_ < peer) {
+    Deadline d = Deadline::afterSeconds(options_.initTimeoutS);
+    for (int i = 0; i < nsock; ++i) {
+      std::lock_guard<std::mutex> lock(listenMutex_);
+      LOOM_ASSIGN_OR_RETURN(auto fd, bootstrap_->connectPeer(peer, wire::HelloKind::kData, 0, uint32_t(i),
+                                                             uint32_t(nsock), nullptr, 0, d, &abort_));
+      sockets.push_back(std::move(fd));
+    }
+  } else {
+    std::lock_guard<std::mutex> lock(listenMutex_);
+    bootstrap_->service();
+    auto& partial = partialSockets_[peer];
+    int expected = 0;
+    for (;;) {
+      auto fd = bootstrap_->take(wire::HelloKind::kData, peer, 0, uint32_t(partial.size()));
+      if (!fd) break;
+      partial.push_back(std::move(*fd));
+    }
+    expected = bootstrap_->socketCount(peer);
+    if (partial.empty() || expected == 0 || int(partial.size()) < expected) {
+      *pending = true;
+      return std::unique_ptr<Connection>();
+    }
+    sockets = std::move(partial);
+    partialSockets_.erase(peer);
+  }
+  return std::unique_ptr<Connection>(
+      new transport::tcp::TcpConnection(peer, std::move(sockets), options_.stripeMin));
+}
+
+Status Communicator::connectAll(const std::vector<int>& peers, Deadline deadline) {
+  for (;;) {
+    bool ready = false;
+    LOOM_TRY(connectStep(peers, &ready));
+    if (ready) return Status::ok();
+    if (aborted()) return invalidUsage("communicator aborted");
+    if (deadline.expired()) {
+      std::string missing;
+      for (int p : peers)
+        if (!connPtrs_[size_t(p)]) missing += " " + describePeer(p);
+      return remoteError("timed out waiting for data connections from:" + missing);
+    }
+    pollfd fd{bootstrap_->listenFd(), POLLIN, 0};
+    ::poll(&fd, 1, 20);
+  }
+}
+
+Result<int> Communicator::createPreMulSum(kernels::DataType type, const void* scalar, bool deviceResident) {
+  std::lock_guard<std::mutex> lock(opsMutex_);
+  UserOp op;
+  op.live = true;
+  op.type = type;
+  op.deviceResident = deviceResident;
+  if (deviceResident) {
+    op.scalarPtr = scalar;
+  } else {
+    std::memcpy(&op.scalarBits, scalar, kernels::dataTypeSize(type));
+  }
+  size_t index = 0;
+  while (index < userOps_.size() && userOps_[index].live) ++index;
+  if (index == userOps_.size()) userOps_.push_back(op);
+  else userOps_[index] = op;
+  return kNumBuiltinOps + int(index);
+}
+
+Status Communicator::destroyOp(int op) {
+  std::lock_guard<std::mutex> lock(opsMutex_);
+  size_t index = size_t(op - kNumBuiltinOps);
+  if (op < kNumBuiltinOps || index >= userOps_.size() || !userOps_[index].live) {
+    return invalidArgument("op " + std::to_string(op) +
+                           " is not a reduction op created by ncclRedOpCreatePreMulSum on this communicator");
+  }
+  userOps_[index].live = false;
+  return Status::ok();
+}
+
+Status Communicator::resolveOp(int op, kernels::DataType type, kernels::Reduction* out,
+                               const void** scalarPtr) const {
+  using kernels::RedOp;
+  *scalarPtr = nullptr;
+  out->type = type;
+  out->scalar = 0;
+  out->divisor = 1;
+  if (op >= 0 && op < kAvg) {
+    static constexpr RedOp kMap[] = {RedOp::kSum, RedOp::kProd, RedOp::kMax, RedOp::kMin};
+    out->op = kMap[op];
+    return Status::ok();
+  }
+  if (op == kAvg) {
+    if (kernels::isFloatingType(type)) {
+      out->op = RedOp::kPreMulSum;
+      out->scalar = encodeScalar(type, 1.0 / double(nranks_));
+    } else {
+      out->op = RedOp::kSumPostDiv;
+      out->divisor = uint64_t(nranks_);
+    }
+    return Status::ok();
+  }
+  std::lock_guard<std::mutex> lock(opsMutex_);
+  size_t index = size_t(op - kNumBuiltinOps);
+  if (op < kNumBuiltinOps || index >= userOps_.size() || !userOps_[index].live) {
+    return invalidArgument("op " + std::to_string(op) + " is not a valid ncclRedOp_t for this communicator "
+                           "(built-in ops are 0..4; others come from ncclRedOpCreatePreMulSum)");
+  }
+  const UserOp& u = userOps_[index];
+  if (u.type != type) {
+    return invalidArgument(std::string("op ") + std::to_string(op) + " was created for datatype " +
+                           kernels::dataTypeName(u.type) + " but is used with " + kernels::dataTypeName(type));
+  }
+  out->op = RedOp::kPreMulSum;
+  out->scalar = u.scalarBits;
+  if (u.deviceResident) *scalarPtr = u.scalarPtr;
+  return Status::ok();
+}
+
+}  // namespace loom::core
+
+namespace loom::core {
+
+Status Communicator::split(Communicator& parent, int color, int key, Communicator* child) {
+  struct Entry {
+    int32_t color;
+    int32_t key;
+    wire::RankInfo info;
+  };
+  const int n = parent.nranks(), me = parent.rank();
+  std::vector<Entry> all(static_cast<size_t>(n));
+  Entry& mine = all[size_t(me)];
+  mine.color = child ? color : -1;
+  mine.key = key;
+  mine.info = parent.bootstrap().peer(me);
+  if (child) {
+    net::SocketAddress reach = parent.bootstrap().listenAddress();
+    LOOM_ASSIGN_OR_RETURN(child->bootstrap_, Bootstrap::open(Bootstrap::Identity{}, &reach));
+    child->bootstrap_->listenAddress().encode(mine.info.listenAddr);
+  }
+  Deadline deadline = Deadline::afterSeconds(parent.options().initTimeoutS);
+  {
+    std::lock_guard<std::mutex> lock(parent.opMutex());
+    LOOM_TRY(parent.bootstrap().allGather(all.data(), sizeof(Entry), deadline, parent.abortFlag())
+                 .addContext("ncclCommSplit on " + parent.describe()));
+  }
+  const uint64_t splitSeq = ++parent.splits_;
+  if (!child) return Status::ok();
+  std::vector<int> members;
+  for (int r = 0; r < n; ++r)
+    if (all[size_t(r)].color == color) members.push_back(r);
+  std::stable_sort(members.begin(), members.end(), [&](int a, int b) {
+    return all[size_t(a)].key != all[size_t(b)].key ? all[size_t(a)].key < all[size_t(b)].key : a < b;
+  });
+  Bootstrap::Identity ident = parent.bootstrap().identity();
+  ident.nranks = int(members.size());
+  ident.rank = int(std::find(members.begin(), members.end(), me) - members.begin());
+  uint64_t mix[3] = {ident.commHash, uint64_t(uint32_t(color)), splitSeq};
+  ident.commHash = hashBytes(mix, sizeof mix);
+  std::vector<wire::RankInfo> table;
+  for (int r : members) table.push_back(all[size_t(r)].info);
+  child->rank_ = ident.rank;
+  child->nranks_ = ident.nranks;
+  child->bootstrap_->setIdentity(ident);
+  LOOM_TRY(child->bootstrap_->adoptTable(std::move(table), deadline, child->abortFlag()));
+  log::ScopedRank logRank(ident.rank);
+  return child->finishInit();
+}
+
+}  // namespace loom::core

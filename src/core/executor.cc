@@ -1,0 +1,215 @@
+#include "core/executor.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+namespace loom::core {
+
+using transport::Connection;
+using transport::Transfer;
+
+std::byte* Scratch::get(size_t bytes) {
+  if (bytes > size_) {
+    void* p = nullptr;
+    if (posix_memalign(&p, 4096, bytes) != 0) return nullptr;
+    mem_.reset(static_cast<std::byte*>(p));
+    size_ = bytes;
+  }
+  return mem_.get();
+}
+
+void Scratch::Free::operator()(std::byte* p) const { std::free(p); }
+
+PlanRunner::PlanRunner(const Plan* plan, std::vector<std::byte*> buffers,
+                       kernels::Reduction reduction, bool reducing,
+                       std::span<Connection* const> conns, Scratch* scratch)
+    : plan_(plan), buffers_(std::move(buffers)), reduction_(reduction), reducing_(reducing),
+      conns_(conns), streams_(plan->streams.size()) {
+  size_t total = 0;
+  for (size_t i = 0; i < plan->streams.size(); ++i) {
+    size_t biggest = 0;
+    for (const Step& s : plan->streams[i].steps) {
+      for (int peer : {s.recvPeer, s.sendPeer}) {
+        if (peer < 0) continue;
+        Connection* c = conns_[size_t(peer)];
+        if (std::find(used_.begin(), used_.end(), c) == used_.end()) used_.push_back(c);
+      }
+      biggest = std::max(biggest, s.bytes);
+    }
+    streams_[i].slotBytes = (biggest + 63) / 64 * 64;
+    total += streams_[i].slotBytes * kSlots;
+  }
+  std::byte* base = total ? scratch->get(total) : nullptr;
+  for (auto& st : streams_) {
+    st.slots = base;
+    if (base) base += st.slotBytes * kSlots;
+  }
+}
+
+bool PlanRunner::done() const {
+  for (size_t i = 0; i < streams_.size(); ++i) {
+    if (streams_[i].next < plan_->streams[i].steps.size() || !streams_[i].sends.empty()) return false;
+  }
+  return true;
+}
+
+void PlanRunner::waitingOn(std::vector<int>* peers) const {
+  for (size_t i = 0; i < streams_.size(); ++i) {
+    const auto& st = streams_[i];
+    const auto& steps = plan_->streams[i].steps;
+    if (st.next < steps.size() && st.phase == Phase::kReceiving) peers->push_back(steps[st.next].recvPeer);
+    for (const auto& ps : st.sends) {
+      if (!ps.xfer.done) peers->push_back(ps.peer);
+    }
+  }
+  std::sort(peers->begin(), peers->end());
+  peers->erase(std::unique(peers->begin(), peers->end()), peers->end());
+}
+
+Status PlanRunner::advance(bool* progressed) {
+  for (Connection* c : used_) LOOM_TRY(c->progress());
+  for (size_t i = 0; i < streams_.size(); ++i) LOOM_TRY(advanceStream(i, streams_[i], progressed));
+  return Status::ok();
+}
+
+int PlanRunner::takeSlot(StreamState& st) {
+  if (st.freeSlots == 0) return -1;
+  int slot = __builtin_ctz(st.freeSlots);
+  st.freeSlots &= ~(1u << slot);
+  return slot;
+}
+
+void PlanRunner::retireSends(StreamState& st, bool* progressed) {
+  while (!st.sends.empty() && st.sends.front().xfer.done) {
+    if (st.sends.front().slot >= 0) st.freeSlots |= 1u << st.sends.front().slot;
+    st.sends.pop_front();
+    *progressed = true;
+  }
+}
+
+bool PlanRunner::writeBlocked(const StreamState&, const std::byte* begin, size_t bytes) const {
+  const std::byte* end = begin + bytes;
+  for (const auto& st : streams_) {
+    for (const auto& ps : st.sends) {
+      if (!ps.xfer.done && ps.begin < end && begin < ps.end) return true;
+    }
+  }
+  return false;
+}
+
+Status PlanRunner::advanceStream(size_t index, StreamState& st, bool* progressed) {
+  const auto& steps = plan_->streams[index].steps;
+  retireSends(st, progressed);
+  while (st.next < steps.size()) {
+    const Step& step = steps[st.next];
+    if (st.phase == Phase::kStart) {
+      Status err;
+      if (!startStep(step, st, &err)) {
+        LOOM_TRY(err);
+        break;
+      }
+      *progressed = true;
+    }
+    if (st.phase == Phase::kReceiving) {
+      if (!st.recv.done) break;
+      st.phase = Phase::kCompute;
+      *progressed = true;
+    }
+    Status err = compute(step, st);
+    if (err.code() == Code::kInProgress) break;  // blocked on a slot or a hazard
+    LOOM_TRY(err);
+    st.phase = Phase::kStart;
+    ++st.next;
+    *progressed = true;
+    retireSends(st, progressed);
+  }
+  return Status::ok();
+}
+
+bool PlanRunner::startStep(const Step& step, StreamState& st, Status* error) {
+  if (step.recvPeer < 0) {
+    st.phase = Phase::kCompute;
+    return true;
+  }
+  std::byte* target;
+  const bool direct = !step.reduce && step.out.valid();
+  if (direct) {
+    target = ptr(step.out);
+    if (writeBlocked(st, target, step.bytes)) return false;
+    st.recvSlot = -1;
+  } else {
+    st.recvSlot = takeSlot(st);
+    if (st.recvSlot < 0) return false;
+    target = st.slots + size_t(st.recvSlot) * st.slotBytes;
+  }
+  st.recv = Transfer{};
+  st.recv.data = target;
+  st.recv.bytes = step.bytes;
+  Connection* c = conns_[size_t(step.recvPeer)];
+  *error = c->postRecv(&st.recv);
+  if (error->isOk()) *error = c->progress();
+  if (!error->isOk()) return false;
+  st.phase = Phase::kReceiving;
+  return true;
+}
+
+// Produces the step's result and posts its send. Returns kInProgress when it
+// must wait (no free slot, or the output region is still being sent).
+Status PlanRunner::compute(const Step& step, StreamState& st) {
+  const Status kBlocked(Code::kInProgress, "");
+  const size_t count = step.bytes / std::max<size_t>(1, kernels::dataTypeSize(reduction_.type));
+  const std::byte* result = nullptr;
+  int hold = -1;  // staging slot that holds the result
+  if (step.recvPeer >= 0) {
+    std::byte* in = st.recvSlot >= 0 ? st.slots + size_t(st.recvSlot) * st.slotBytes : ptr(step.out);
+    if (step.reduce) {
+      std::byte* dst = step.out.valid() ? ptr(step.out) : in;
+      if (step.out.valid() && writeBlocked(st, dst, step.bytes)) return kBlocked;
+      const void* partials[1] = {in};
+      kernels::reduce(reduction_, dst, partials, 1, step.local.valid() ? ptr(step.local) : nullptr,
+                      count, step.post);
+      result = dst;
+      if (dst == in) hold = st.recvSlot;
+      else if (st.recvSlot >= 0) st.freeSlots |= 1u << st.recvSlot;
+    } else {
+      result = in;
+      hold = st.recvSlot;
+    }
+    st.recvSlot = -1;
+  } else {
+    std::byte* src = ptr(step.local);
+    const bool transform = reducing_ && step.reduce &&
+                           (reduction_.op == kernels::RedOp::kPreMulSum ||
+                            (step.post && reduction_.op == kernels::RedOp::kSumPostDiv));
+    if (step.out.valid()) {
+      std::byte* dst = ptr(step.out);
+      if ((transform || dst != src) && writeBlocked(st, dst, step.bytes)) return kBlocked;
+      if (transform) kernels::reduce(reduction_, dst, nullptr, 0, src, count, step.post);
+      else if (dst != src) kernels::copy(dst, src, step.bytes);
+      result = dst;
+    } else if (transform && step.sendPeer >= 0) {
+      hold = takeSlot(st);
+      if (hold < 0) return kBlocked;
+      std::byte* dst = st.slots + size_t(hold) * st.slotBytes;
+      kernels::reduce(reduction_, dst, nullptr, 0, src, count, step.post);
+      result = dst;
+    } else {
+      result = src;
+    }
+  }
+  if (step.sendPeer < 0) {
+    if (hold >= 0) st.freeSlots |= 1u << hold;
+    return Status::ok();
+  }
+  st.sends.push_back(PendingSend{{}, result, result + step.bytes, hold, step.sendPeer});
+  PendingSend& ps = st.sends.back();
+  ps.xfer.data = const_cast<std::byte*>(result);
+  ps.xfer.bytes = step.bytes;
+  Connection* c = conns_[size_t(step.sendPeer)];
+  LOOM_TRY(c->postSend(&ps.xfer));
+  return c->progress();
+}
+
+}  // namespace loom::core

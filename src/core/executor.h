@@ -1,0 +1,98 @@
+// The executor: runs one rank's Plan over transport connections.
+//
+// PlanRunner is a non-blocking state machine: advance() does whatever can be
+// done right now (post receives, reduce, post sends, move bytes) and returns;
+// the caller decides how to wait (spin, yield, poll). One runner can thus
+// drive several operations of several communicators from one thread, and the
+// simulator can interleave all ranks of a test in one thread.
+//
+// Hazards: a step never writes a user-buffer region that an earlier,
+// still-queued send reads (it waits for that send), so in-place operations
+// and sends straight from user buffers are safe.
+#pragma once
+
+#include <deque>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "common/status.h"
+#include "core/plan.h"
+#include "kernels/reduce.h"
+#include "transport/connection.h"
+
+namespace loom::core {
+
+// Reusable staging memory, grown on demand (one per communicator: its
+// operations run one after another).
+class Scratch {
+ public:
+  std::byte* get(size_t bytes);
+
+ private:
+  struct Free {
+    void operator()(std::byte* p) const;
+  };
+  std::unique_ptr<std::byte, Free> mem_;
+  size_t size_ = 0;
+};
+
+class PlanRunner {
+ public:
+  // `buffers[i]` binds BufRef::buf == i. `conns[peer]` must be non-null for
+  // every peer the plan names (conns[rank] is the loopback connection).
+  // `reduction` is used for steps with reduce/post set and for the pre op of
+  // `local` in reducing plans (`reducing` = the operation reduces).
+  PlanRunner(const Plan* plan, std::vector<std::byte*> buffers, kernels::Reduction reduction,
+             bool reducing, std::span<transport::Connection* const> conns, Scratch* scratch);
+  PlanRunner(const PlanRunner&) = delete;
+  PlanRunner& operator=(const PlanRunner&) = delete;
+
+  // Makes all progress possible now; sets *progressed when anything moved.
+  // An error names the peer involved (the caller adds the operation).
+  Status advance(bool* progressed);
+  bool done() const;
+  // Peers whose messages the runner is waiting for right now.
+  void waitingOn(std::vector<int>* peers) const;
+  // Connections the runner uses (each once).
+  const std::vector<transport::Connection*>& connections() const { return used_; }
+
+ private:
+  static constexpr int kSlots = 4;  // staging slots per stream
+  enum class Phase { kStart, kReceiving, kCompute };
+  struct PendingSend {
+    transport::Transfer xfer;
+    const std::byte* begin;
+    const std::byte* end;
+    int slot;  // staging slot held until done, or -1
+    int peer;
+  };
+  struct StreamState {
+    size_t next = 0;  // index of the current step
+    Phase phase = Phase::kStart;
+    transport::Transfer recv;
+    int recvSlot = -1;
+    std::byte* slots = nullptr;  // kSlots * slotBytes
+    size_t slotBytes = 0;
+    unsigned freeSlots = (1u << kSlots) - 1;
+    std::deque<PendingSend> sends;
+  };
+
+  Status advanceStream(size_t index, StreamState& st, bool* progressed);
+  bool startStep(const Step& step, StreamState& st, Status* error);
+  Status compute(const Step& step, StreamState& st);
+  int takeSlot(StreamState& st);
+  void retireSends(StreamState& st, bool* progressed);
+  bool writeBlocked(const StreamState& st, const std::byte* begin, size_t bytes) const;
+  std::byte* ptr(const BufRef& ref) const { return buffers_[size_t(ref.buf)] + ref.offset; }
+
+  const Plan* plan_;
+  std::vector<std::byte*> buffers_;
+  kernels::Reduction reduction_;
+  bool reducing_;
+  std::span<transport::Connection* const> conns_;
+  std::vector<transport::Connection*> used_;
+  std::vector<StreamState> streams_;
+};
+
+}  // namespace loom::core

@@ -1,0 +1,357 @@
+#include "core/group.h"
+
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <thread>
+
+#include "common/log.h"
+#include "core/planner.h"
+
+namespace loom::core {
+namespace {
+
+struct GroupState {
+  int depth = 0;
+  std::vector<PendingOp> ops;
+  std::vector<std::pair<Communicator*, std::function<Status()>>> inits;
+};
+thread_local GroupState tGroup;
+
+// Waiting: spin this many idle rounds, then yield this many, then block in
+// poll (sockets wake us when data arrives).
+constexpr int kSpinRounds = 64;
+constexpr int kYieldRounds = 32;
+constexpr int kBlockMs = 50;
+constexpr double kLivenessPeriodS = 1.0;
+
+bool isPointToPoint(OpKind k) {
+  return k == OpKind::kSend || k == OpKind::kRecv || k == OpKind::kAllToAll ||
+         k == OpKind::kGather || k == OpKind::kScatter;
+}
+
+struct Task {
+  std::vector<OpDesc> ops;  // one collective, or the group's point-to-point calls
+  Plan plan;
+  std::vector<std::byte*> buffers;
+  kernels::Reduction reduction{};
+  const void* scalarPtr = nullptr;
+  bool reducing = false;
+  std::string name;
+  std::vector<int> peers;
+};
+
+struct CommRun {
+  Communicator* comm;
+  std::vector<Task> tasks;
+  size_t current = 0;
+  std::unique_ptr<PlanRunner> runner;
+  bool done() const { return current >= tasks.size(); }
+};
+
+std::vector<int> peersOf(const Plan& plan) {
+  std::vector<int> peers;
+  for (const Stream& s : plan.streams)
+    for (const Step& st : s.steps) {
+      if (st.recvPeer >= 0) peers.push_back(st.recvPeer);
+      if (st.sendPeer >= 0) peers.push_back(st.sendPeer);
+    }
+  std::sort(peers.begin(), peers.end());
+  peers.erase(std::unique(peers.begin(), peers.end()), peers.end());
+  return peers;
+}
+
+std::string opLabel(const OpDesc& op, uint64_t seq) {
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "%s #%llu (%zu x %s)", opKindName(op.kind),
+                static_cast<unsigned long long>(seq), op.count, kernels::dataTypeName(op.type));
+  return buf;
+}
+
+Status buildTasks(Communicator* comm, const std::vector<OpDesc>& ops, std::vector<Task>* tasks) {
+  PlanParams params{comm->rank(), comm->nranks(), comm->options().sliceBytes};
+  std::vector<OpDesc> p2p;
+  for (const OpDesc& op : ops) {
+    if (isPointToPoint(op.kind)) {
+      p2p.push_back(op);
+      continue;
+    }
+    Task t;
+    t.ops = {op};
+    LOOM_ASSIGN_OR_RETURN(t.plan, planCollective(op, params));
+    t.buffers = {static_cast<std::byte*>(const_cast<void*>(op.sendbuf)), static_cast<std::byte*>(op.recvbuf)};
+    t.reduction = op.reduction;
+    t.scalarPtr = op.scalarPtr;
+    t.reducing = isReducing(op.kind);
+    t.name = opLabel(op, comm->nextSeq());
+    t.peers = peersOf(t.plan);
+    tasks->push_back(std::move(t));
+  }
+  if (!p2p.empty()) {
+    Task t;
+    t.ops = p2p;
+    LOOM_ASSIGN_OR_RETURN(t.plan, planPointToPoint(p2p, params));
+    for (const OpDesc& op : p2p) {
+      t.buffers.push_back(static_cast<std::byte*>(const_cast<void*>(op.sendbuf)));
+      t.buffers.push_back(static_cast<std::byte*>(op.recvbuf));
+    }
+    t.reduction.type = kernels::DataType::kUint8;
+    t.name = p2p.size() == 1 ? opLabel(p2p[0], comm->nextSeq())
+                             : "group of " + std::to_string(p2p.size()) + " point-to-point calls #" +
+                                   std::to_string(comm->nextSeq());
+    t.peers = peersOf(t.plan);
+    tasks->push_back(std::move(t));
+  }
+  return Status::ok();
+}
+
+class Engine {
+ public:
+  explicit Engine(std::vector<CommRun> runs) : runs_(std::move(runs)) {}
+
+  Status run() {
+    lastProgress_ = Clock::now();
+    lastLiveness_ = lastProgress_;
+    int idle = 0;
+    for (;;) {
+      bool progressed = false, allDone = true;
+      for (CommRun& cr : runs_) {
+        Status s = step(cr, &progressed);
+        if (!s.isOk()) return failAll(cr, s);
+        allDone = allDone && cr.done();
+      }
+      if (allDone) return Status::ok();
+      if (progressed) {
+        lastProgress_ = Clock::now();
+        idle = 0;
+        continue;
+      }
+      ++idle;
+      if (idle < kSpinRounds) continue;
+      if (idle < kSpinRounds + kYieldRounds) {
+        sched_yield();
+        continue;
+      }
+      for (CommRun& cr : runs_) {
+        Status s = checkHealth(cr);
+        if (!s.isOk()) return failAll(cr, s);
+      }
+      block();
+    }
+  }
+
+ private:
+  Status step(CommRun& cr, bool* progressed) {
+    if (cr.done()) return Status::ok();
+    Communicator* comm = cr.comm;
+    if (comm->aborted()) return invalidUsage("the communicator was aborted (ncclCommAbort)");
+    Task& task = cr.tasks[cr.current];
+    if (!cr.runner) {
+      bool ready = false;
+      LOOM_TRY(comm->connectStep(task.peers, &ready));
+      if (!ready) return Status::ok();
+      if (task.scalarPtr) {
+        std::memcpy(&task.reduction.scalar, task.scalarPtr, kernels::dataTypeSize(task.reduction.type));
+      }
+      cr.runner = std::make_unique<PlanRunner>(&task.plan, task.buffers, task.reduction, task.reducing,
+                                               comm->connections(), &comm->scratch());
+      LOOM_TRACE(log::kColl, "%s: %s: %s", comm->describe().c_str(), task.name.c_str(),
+                 dumpPlan(task.plan).c_str());
+      *progressed = true;
+    }
+    LOOM_TRY(cr.runner->advance(progressed));
+    if (cr.runner->done()) {
+      cr.runner.reset();
+      ++cr.current;
+      *progressed = true;
+    }
+    return Status::ok();
+  }
+
+  std::string waitingList(const CommRun& cr) const {
+    std::vector<int> peers;
+    if (cr.runner) cr.runner->waitingOn(&peers);
+    else if (!cr.done()) peers = cr.tasks[cr.current].peers;
+    std::string s;
+    for (int p : peers) s += (s.empty() ? "" : ", ") + cr.comm->describePeer(p);
+    return s.empty() ? "no peer" : s;
+  }
+
+  // Peer notices, dead processes on this host, and the no-progress timeout.
+  Status checkHealth(CommRun& cr) {
+    if (cr.done()) return Status::ok();
+    Communicator* comm = cr.comm;
+    comm->pollNotices();
+    LOOM_TRY(comm->asyncError());
+    const double timeout = comm->options().timeoutS;
+    if (timeout > 0 && secondsSince(lastProgress_) > timeout) {
+      return remoteError(cr.tasks[cr.current].name + " made no progress for " +
+                         std::to_string(int(timeout)) + " s (LOOM_TIMEOUT_S); waiting for " +
+                         waitingList(cr));
+    }
+    if (secondsSince(lastLiveness_) < kLivenessPeriodS || !cr.runner) return Status::ok();
+    lastLiveness_ = Clock::now();
+    std::vector<int> peers;
+    cr.runner->waitingOn(&peers);
+    const auto& me = comm->bootstrap().peer(comm->rank());
+    for (int p : peers) {
+      const auto& info = comm->bootstrap().peer(p);
+      if (info.hostHash != me.hostHash || info.pid == me.pid) continue;
+      if (::kill(pid_t(info.pid), 0) != 0 && errno == ESRCH) {
+        return remoteError(comm->describePeer(p) + " is gone: its process no longer exists");
+      }
+    }
+    return Status::ok();
+  }
+
+  void block() {
+    std::vector<pollfd> fds;
+    for (CommRun& cr : runs_) {
+      if (cr.done()) continue;
+      fds.push_back({cr.comm->wakeFd(), POLLIN, 0});
+      fds.push_back({cr.comm->bootstrap().listenFd(), POLLIN, 0});
+      if (cr.runner)
+        for (auto* c : cr.runner->connections()) c->pollFds(&fds);
+    }
+    ::poll(fds.data(), fds.size(), kBlockMs);
+  }
+
+  // The first failure ends the group: the failing communicator tells its
+  // peers; the others of the group are left mid-operation, so they fail too.
+  Status failAll(CommRun& failed, Status s) {
+    Communicator* comm = failed.comm;
+    const std::string name = failed.done() ? "group" : failed.tasks[failed.current].name;
+    Status full(s.code(), comm->describe() + ": " + name + " failed: " + s.message() +
+                              (s.code() == Code::kRemoteError
+                                   ? ". The other ranks are told to abort; set NCCL_DEBUG=INFO on the "
+                                     "rank named above to see why."
+                                   : ""));
+    LOOM_WARN("%s", full.toString().c_str());
+    comm->fail(full, !comm->aborted());
+    for (CommRun& cr : runs_) {
+      if (cr.comm != comm && !cr.done())
+        cr.comm->fail(Status(full.code(), "another communicator in the same group failed: " + full.message()), true);
+    }
+    return full;
+  }
+
+  std::vector<CommRun> runs_;
+  Clock::time_point lastProgress_;
+  Clock::time_point lastLiveness_;
+};
+
+}  // namespace
+
+Status runOps(std::vector<PendingOp> ops) {
+  std::vector<Communicator*> comms;
+  for (const auto& p : ops)
+    if (std::find(comms.begin(), comms.end(), p.comm) == comms.end()) comms.push_back(p.comm);
+  for (Communicator* c : comms) {
+    Status s = c->waitReady();
+    if (!s.isOk()) return s;
+  }
+  // Lock in address order so two threads with overlapping groups cannot deadlock.
+  std::vector<Communicator*> order = comms;
+  std::sort(order.begin(), order.end());
+  std::vector<std::unique_lock<std::mutex>> locks;
+  for (Communicator* c : order) locks.emplace_back(c->opMutex());
+  std::vector<CommRun> runs;
+  for (Communicator* c : comms) {
+    std::vector<OpDesc> mine;
+    for (const auto& p : ops)
+      if (p.comm == c) mine.push_back(p.op);
+    CommRun cr{c, {}, 0, nullptr};
+    LOOM_TRY(buildTasks(c, mine, &cr.tasks));
+    runs.push_back(std::move(cr));
+  }
+  log::ScopedRank logRank(comms.size() == 1 ? comms[0]->rank() : -1);
+  return Engine(std::move(runs)).run();
+}
+
+Status groupStart() {
+  ++tGroup.depth;
+  return Status::ok();
+}
+
+int groupDepth() { return tGroup.depth; }
+
+Status groupEnd() {
+  if (tGroup.depth == 0) return invalidUsage("ncclGroupEnd called without a matching ncclGroupStart");
+  if (--tGroup.depth > 0) return Status::ok();
+  auto inits = std::move(tGroup.inits);
+  auto ops = std::move(tGroup.ops);
+  tGroup = GroupState{};
+  Status first;
+  bool inProgress = false;
+  std::vector<std::thread> threads;
+  std::vector<Status> results(inits.size());
+  for (size_t i = 0; i < inits.size(); ++i) {
+    auto& [comm, job] = inits[i];
+    if (!comm->options().blocking) {
+      comm->startAsync(std::move(job));
+      inProgress = true;
+    } else {
+      threads.emplace_back([&results, i, job = std::move(job), comm = comm] {
+        results[i] = job();
+        if (!results[i].isOk()) comm->fail(results[i], false);
+      });
+    }
+  }
+  for (auto& t : threads) t.join();
+  for (const Status& s : results)
+    if (first.isOk() && !s.isOk()) first = s;
+  if (!first.isOk()) return first;
+  if (!ops.empty()) LOOM_TRY(runOps(std::move(ops)));
+  return inProgress ? Status(Code::kInProgress, "non-blocking init in progress") : Status::ok();
+}
+
+Status groupSimulateEnd(float* estimatedUs) {
+  if (tGroup.depth == 0) return invalidUsage("ncclGroupSimulateEnd called without a matching ncclGroupStart");
+  if (tGroup.depth > 1) {
+    --tGroup.depth;
+    *estimatedUs = 0;
+    return Status::ok();
+  }
+  auto ops = std::move(tGroup.ops);
+  tGroup.ops.clear();
+  // Model: each pipeline step costs a fixed latency; bytes cross the
+  // busiest link at a fixed bandwidth (loopback TCP order of magnitude).
+  constexpr double kStepLatencyUs = 15.0;
+  constexpr double kBytesPerUs = 2000.0;  // 2 GB/s
+  double total = 0;
+  for (const auto& p : ops) {
+    const double n = p.comm->nranks();
+    const double bytes = double(p.op.count) * double(kernels::dataTypeSize(p.op.type));
+    double steps = 1, wire = bytes;
+    switch (p.op.kind) {
+      case OpKind::kAllReduce: steps = 2 * (n - 1); wire = 2 * (n - 1) / n * bytes; break;
+      case OpKind::kAllGather:
+      case OpKind::kReduceScatter:
+      case OpKind::kAllToAll: steps = n - 1; wire = (n - 1) * bytes; break;
+      case OpKind::kGather:
+      case OpKind::kScatter: steps = n - 1; wire = (n - 1) * bytes; break;
+      case OpKind::kBroadcast:
+      case OpKind::kReduce: steps = n; break;
+      default: break;
+    }
+    total += steps * kStepLatencyUs + wire / kBytesPerUs;
+  }
+  *estimatedUs = float(total);
+  return groupEnd();  // runs pending inits only: the ops were taken out
+}
+
+Status enqueue(Communicator* comm, const OpDesc& op) {
+  if (tGroup.depth == 0) return runOps({PendingOp{comm, op}});
+  tGroup.ops.push_back(PendingOp{comm, op});
+  return Status::ok();
+}
+
+void enqueueInit(Communicator* comm, std::function<Status()> job) {
+  tGroup.inits.emplace_back(comm, std::move(job));
+}
+
+}  // namespace loom::core

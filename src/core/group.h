@@ -1,0 +1,42 @@
+// Groups: ncclGroupStart/End and the engine loop that runs a group.
+//
+// Group state is per thread. Outside a group a call is a group of one. At
+// the outermost ncclGroupEnd: pending inits run concurrently (one thread
+// each), then each communicator's operations run: its collectives in call
+// order, then its point-to-point calls merged into one plan. All
+// communicators of the group progress together on the calling thread, so one
+// thread can drive several ranks.
+#pragma once
+
+#include <functional>
+
+#include "common/status.h"
+#include "core/communicator.h"
+#include "core/op.h"
+
+namespace loom::core {
+
+Status groupStart();
+// Runs the group when it is the outermost end. For non-blocking
+// communicators whose init is pending it returns kInProgress.
+Status groupEnd();
+int groupDepth();
+// Ends the outermost group without running it (pending inits still run) and
+// estimates how long its operations would take, in microseconds, from a
+// simple latency + bandwidth model of the host TCP path.
+Status groupSimulateEnd(float* estimatedUs);
+
+// Adds an operation to the calling thread's group; runs it at once when no
+// group is open.
+Status enqueue(Communicator* comm, const OpDesc& op);
+// Adds an init job; outside a group the caller runs it directly instead.
+void enqueueInit(Communicator* comm, std::function<Status()> job);
+
+// Runs already-planned work; exposed for tests. Returns the first error.
+struct PendingOp {
+  Communicator* comm;
+  OpDesc op;
+};
+Status runOps(std::vector<PendingOp> ops);
+
+}  // namespace loom::core

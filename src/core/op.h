@@ -1,0 +1,44 @@
+// One user operation (a collective or a point-to-point call) as the engine
+// sees it, after argument checks and op mapping.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/datatype.h"
+#include "kernels/reduce.h"
+
+namespace loom::core {
+
+enum class OpKind : int {
+  kAllReduce,
+  kAllGather,
+  kReduceScatter,
+  kBroadcast,
+  kReduce,
+  kAllToAll,
+  kGather,
+  kScatter,
+  kSend,
+  kRecv,
+};
+const char* opKindName(OpKind kind);  // "AllReduce", ...
+
+struct OpDesc {
+  OpKind kind = OpKind::kAllReduce;
+  const void* sendbuf = nullptr;
+  void* recvbuf = nullptr;
+  // Elements, with NCCL's meaning per collective (AllGather: sendcount,
+  // ReduceScatter: recvcount, AllToAll/Gather/Scatter: per-peer count).
+  size_t count = 0;
+  kernels::DataType type = kernels::DataType::kFloat32;
+  // Reducing collectives only. For PreMulSum with a device-resident scalar,
+  // scalarPtr is read when the operation runs.
+  kernels::Reduction reduction{};
+  const void* scalarPtr = nullptr;
+  int root = 0;  // Broadcast/Reduce/Gather/Scatter root; Send/Recv peer
+};
+
+bool isReducing(OpKind kind);
+
+}  // namespace loom::core

@@ -1,0 +1,63 @@
+// Plans: what one rank does for one operation, as data.
+//
+// A Plan holds streams; the steps of one stream run in order, streams run
+// concurrently. A collective uses one stream per channel; grouped point-to-
+// point calls use one stream per (peer, direction), so that messages on a
+// connection are posted in the same order on both sides.
+//
+// A Step is the unit of the ring/chain/tree pseudocode:
+//   send            : out = pre(local)              -> sendPeer
+//   recvReduceSend  : out = in (+) pre(local)       -> sendPeer
+//   recvReduceCopy  : out = post(in (+) pre(local)) into a user buffer
+//   recvCopySend    : out = in (stored in a user buffer) -> sendPeer
+//   recv            : out = in
+//   copy            : out = local
+// where `in` is a message received from recvPeer. Which one a Step is
+// follows from its fields; stepName() prints it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace loom::core {
+
+// A place in one of the operation's buffers. Buffers are numbered: a
+// collective has 0 = send buffer, 1 = receive buffer; merged point-to-point
+// calls have 2i and 2i+1 for call i. The executor binds numbers to pointers.
+struct BufRef {
+  int buf = -1;       // -1: none
+  size_t offset = 0;  // bytes
+  bool valid() const { return buf >= 0; }
+};
+constexpr int kSendBuf = 0;
+constexpr int kRecvBuf = 1;
+
+struct Step {
+  int recvPeer = -1;  // receive `count` elements from this rank first
+  int sendPeer = -1;  // send the step's result to this rank
+  BufRef local;       // this rank's own contribution
+  BufRef out;         // where the result is stored (none: a staging slot)
+  size_t bytes = 0;   // message and data size (a multiple of the element size)
+  bool reduce = false;  // combine the received data with `local` (else copy)
+  bool post = false;    // apply the reduction's post op (SumPostDiv)
+};
+
+struct Stream {
+  std::vector<Step> steps;
+};
+
+struct Plan {
+  int rank = 0;
+  int nranks = 1;
+  int nbuffers = 2;
+  std::vector<Stream> streams;
+  const char* algorithm = "";  // "ring", "chain", "direct", ...
+};
+
+std::string stepName(const Step& s);
+// Human-readable dump, one step per line (for NCCL_DEBUG=TRACE and tests).
+std::string dumpPlan(const Plan& plan);
+
+}  // namespace loom::core

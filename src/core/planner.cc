@@ -1,0 +1,88 @@
+#include "core/planner.h"
+
+#include <algorithm>
+#include <cstdio>
+
+namespace loom::core {
+
+Range partition(size_t count, int n, int i, size_t align) {
+  size_t per = (count + size_t(n) - 1) / size_t(n);
+  per = (per + align - 1) / align * align;
+  Range r;
+  r.begin = std::min(count, per * size_t(i));
+  r.end = std::min(count, r.begin + per);
+  return r;
+}
+
+size_t sliceCount(size_t maxElems, size_t elemSize, size_t sliceBytes) {
+  size_t perSlice = std::max<size_t>(1, sliceBytes / elemSize);
+  return std::max<size_t>(1, (maxElems + perSlice - 1) / perSlice);
+}
+
+Range slice(Range part, size_t maxElems, size_t nslices, size_t s) {
+  size_t per = (maxElems + nslices - 1) / nslices;
+  Range r;
+  r.begin = std::min(part.end, part.begin + per * s);
+  r.end = std::min(part.end, r.begin + per);
+  return r;
+}
+
+Result<Plan> planCollective(const OpDesc& op, const PlanParams& params) {
+  switch (op.kind) {
+    case OpKind::kAllReduce: return allReduceRing(op, params);
+    case OpKind::kAllGather: return allGatherRing(op, params);
+    case OpKind::kReduceScatter: return reduceScatterRing(op, params);
+    case OpKind::kBroadcast: return broadcastChain(op, params);
+    case OpKind::kReduce: return reduceChain(op, params);
+    default:
+      return internalError(std::string("planCollective called for ") + opKindName(op.kind));
+  }
+}
+
+std::string stepName(const Step& s) {
+  bool recv = s.recvPeer >= 0, send = s.sendPeer >= 0;
+  if (!recv) return send ? "send" : "copy";
+  if (s.reduce) return send ? (s.out.valid() ? "recvReduceCopySend" : "recvReduceSend")
+                            : "recvReduceCopy";
+  return send ? "recvCopySend" : "recv";
+}
+
+std::string dumpPlan(const Plan& plan) {
+  std::string out;
+  char line[256];
+  std::snprintf(line, sizeof line, "plan %s rank %d/%d, %zu stream(s)\n", plan.algorithm,
+                plan.rank, plan.nranks, plan.streams.size());
+  out += line;
+  for (size_t c = 0; c < plan.streams.size(); ++c) {
+    for (const Step& s : plan.streams[c].steps) {
+      std::snprintf(line, sizeof line,
+                    "  [%zu] %-18s recv<-%d send->%d local=%d+%zu out=%d+%zu bytes=%zu%s\n", c,
+                    stepName(s).c_str(), s.recvPeer, s.sendPeer, s.local.buf, s.local.offset,
+                    s.out.buf, s.out.offset, s.bytes, s.post ? " post" : "");
+      out += line;
+    }
+  }
+  return out;
+}
+
+const char* opKindName(OpKind kind) {
+  switch (kind) {
+    case OpKind::kAllReduce: return "AllReduce";
+    case OpKind::kAllGather: return "AllGather";
+    case OpKind::kReduceScatter: return "ReduceScatter";
+    case OpKind::kBroadcast: return "Broadcast";
+    case OpKind::kReduce: return "Reduce";
+    case OpKind::kAllToAll: return "AllToAll";
+    case OpKind::kGather: return "Gather";
+    case OpKind::kScatter: return "Scatter";
+    case OpKind::kSend: return "Send";
+    case OpKind::kRecv: return "Recv";
+  }
+  return "?";
+}
+
+bool isReducing(OpKind kind) {
+  return kind == OpKind::kAllReduce || kind == OpKind::kReduceScatter || kind == OpKind::kReduce;
+}
+
+}  // namespace loom::core

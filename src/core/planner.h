@@ -1,0 +1,48 @@
+// Algorithms are generators of plans: (operation, rank, nranks) -> Plan.
+// They need no communicator and no network, so the simulator can run the
+// plans of all ranks in one process and check every algorithm.
+#pragma once
+
+#include <span>
+
+#include "common/status.h"
+#include "core/op.h"
+#include "core/plan.h"
+
+namespace loom::core {
+
+struct PlanParams {
+  int rank = 0;
+  int nranks = 1;
+  size_t sliceBytes = 512 * 1024;  // largest message a step sends
+};
+
+// A collective (AllReduce, AllGather, ReduceScatter, Broadcast, Reduce).
+Result<Plan> planCollective(const OpDesc& op, const PlanParams& params);
+// The point-to-point calls of one group on one communicator, merged: Send,
+// Recv, AllToAll, Gather and Scatter (the last three expand into sends and
+// receives). Op i uses buffers 2i (send side) and 2i+1 (receive side).
+Result<Plan> planPointToPoint(std::span<const OpDesc> ops, const PlanParams& params);
+
+// Per-algorithm generators (algorithms/<collective>_<algorithm>.cc).
+Plan allReduceRing(const OpDesc& op, const PlanParams& p);
+Plan allGatherRing(const OpDesc& op, const PlanParams& p);
+Plan reduceScatterRing(const OpDesc& op, const PlanParams& p);
+Plan broadcastChain(const OpDesc& op, const PlanParams& p);
+Plan reduceChain(const OpDesc& op, const PlanParams& p);
+
+// Shared arithmetic for generators.
+struct Range {
+  size_t begin = 0;  // elements
+  size_t end = 0;
+  size_t size() const { return end - begin; }
+};
+// Part i of n of [0, count): equal parts rounded up to `align` elements, so
+// the last parts may be short or empty.
+Range partition(size_t count, int n, int i, size_t align);
+// Number of slices needed so no slice of a part of `maxElems` elements is
+// bigger than sliceBytes, and slice s of `part`.
+size_t sliceCount(size_t maxElems, size_t elemSize, size_t sliceBytes);
+Range slice(Range part, size_t maxElems, size_t nslices, size_t s);
+
+}  // namespace loom::core

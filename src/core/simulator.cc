@@ -1,0 +1,103 @@
+#include "core/simulator.h"
+
+#include <cstring>
+#include <deque>
+#include <memory>
+
+#include "core/executor.h"
+
+namespace loom::core {
+namespace {
+
+using transport::Transfer;
+
+// Messages from one rank to another, in posting order.
+struct Wire {
+  std::deque<Transfer*> sends;
+  std::deque<Transfer*> recvs;
+
+  Status match(int from, int to) {
+    while (!sends.empty() && !recvs.empty()) {
+      Transfer* s = sends.front();
+      Transfer* r = recvs.front();
+      if (s->bytes != r->bytes) {
+        return remoteError("simulator: rank " + std::to_string(from) + " sent " +
+                           std::to_string(s->bytes) + " bytes where rank " + std::to_string(to) +
+                           " posted a receive of " + std::to_string(r->bytes));
+      }
+      if (s->bytes) std::memcpy(r->data, s->data, s->bytes);
+      s->progressed = r->progressed = s->bytes;
+      s->done = r->done = true;
+      sends.pop_front();
+      recvs.pop_front();
+    }
+    return Status::ok();
+  }
+};
+
+class SimConnection : public transport::Connection {
+ public:
+  SimConnection(int self, int peer, Wire* out, Wire* in) : self_(self), peer_(peer), out_(out), in_(in) {}
+  int peer() const override { return peer_; }
+  const char* kind() const override { return "sim"; }
+  Status postSend(Transfer* t) override {
+    out_->sends.push_back(t);
+    return Status::ok();
+  }
+  Status postRecv(Transfer* t) override {
+    in_->recvs.push_back(t);
+    return Status::ok();
+  }
+  Status progress() override {
+    LOOM_TRY(out_->match(self_, peer_));
+    return in_->match(peer_, self_);
+  }
+  void pollFds(std::vector<pollfd>*) const override {}
+  bool idle() const override { return out_->sends.empty() && in_->recvs.empty(); }
+
+ private:
+  int self_, peer_;
+  Wire* out_;
+  Wire* in_;
+};
+
+}  // namespace
+
+Status simulate(const std::vector<Plan>& plans, const std::vector<std::vector<std::byte*>>& buffers,
+                const kernels::Reduction& reduction, bool reducing) {
+  const int n = int(plans.size());
+  std::vector<Wire> wires(size_t(n) * size_t(n));  // wires[from * n + to]
+  std::vector<std::unique_ptr<SimConnection>> owned;
+  std::vector<std::vector<transport::Connection*>> conns(static_cast<size_t>(n));
+  for (int a = 0; a < n; ++a) {
+    conns[size_t(a)].resize(size_t(n));
+    for (int b = 0; b < n; ++b) {
+      owned.push_back(std::make_unique<SimConnection>(a, b, &wires[size_t(a * n + b)],
+                                                      &wires[size_t(b * n + a)]));
+      conns[size_t(a)][size_t(b)] = owned.back().get();
+    }
+  }
+  std::vector<Scratch> scratch(static_cast<size_t>(n));
+  std::vector<std::unique_ptr<PlanRunner>> runners;
+  for (int r = 0; r < n; ++r) {
+    runners.push_back(std::make_unique<PlanRunner>(&plans[size_t(r)], buffers[size_t(r)], reduction,
+                                                   reducing, conns[size_t(r)], &scratch[size_t(r)]));
+  }
+  for (;;) {
+    bool progressed = false, allDone = true;
+    for (int r = 0; r < n; ++r) {
+      LOOM_TRY(runners[size_t(r)]->advance(&progressed).addContext("rank " + std::to_string(r)));
+      allDone = allDone && runners[size_t(r)]->done();
+    }
+    if (allDone) return Status::ok();
+    if (!progressed) {
+      std::string stuck;
+      for (int r = 0; r < n; ++r) {
+        if (!runners[size_t(r)]->done()) stuck += dumpPlan(plans[size_t(r)]);
+      }
+      return internalError("simulator: no rank can make progress (deadlock); stuck plans:\n" + stuck);
+    }
+  }
+}
+
+}  // namespace loom::core

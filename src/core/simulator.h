@@ -1,0 +1,19 @@
+// The simulator: runs the plans of all ranks of one operation in one thread,
+// over in-memory connections, with no network. Tests use it to check every
+// algorithm for many rank counts quickly; a plan that would deadlock is
+// reported with the plans of the stuck ranks.
+#pragma once
+
+#include <vector>
+
+#include "common/status.h"
+#include "core/plan.h"
+#include "kernels/reduce.h"
+
+namespace loom::core {
+
+// plans[r] and buffers[r] belong to rank r.
+Status simulate(const std::vector<Plan>& plans, const std::vector<std::vector<std::byte*>>& buffers,
+                const kernels::Reduction& reduction, bool reducing);
+
+}  // namespace loom::core

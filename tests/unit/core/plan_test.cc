@@ -1,0 +1,242 @@
+// Every algorithm, every rank count 1..17, several counts: the plans of all
+// ranks run in the simulator (no network) and the results are checked
+// element by element against a reference computed here.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "core/planner.h"
+#include "core/simulator.h"
+
+namespace loom::core {
+namespace {
+
+using kernels::DataType;
+using kernels::RedOp;
+
+struct Case {
+  OpKind kind;
+  int nranks;
+  size_t count;
+  RedOp op;
+  bool inPlace;
+};
+
+std::string caseName(const Case& c) {
+  return std::string(opKindName(c.kind)) + " n=" + std::to_string(c.nranks) + " count=" +
+         std::to_string(c.count) + " op=" + kernels::redOpName(c.op) + (c.inPlace ? " in-place" : "");
+}
+
+int64_t apply(RedOp op, int64_t a, int64_t b) {
+  switch (op) {
+    case RedOp::kSum: return a + b;
+    case RedOp::kProd: return a * b;
+    case RedOp::kMax: return std::max(a, b);
+    case RedOp::kMin: return std::min(a, b);
+    default: return 0;
+  }
+}
+
+// Elements per rank's send and receive buffers.
+void sizes(const Case& c, size_t* sendElems, size_t* recvElems) {
+  const size_t n = size_t(c.nranks);
+  switch (c.kind) {
+    case OpKind::kAllGather: *sendElems = c.count; *recvElems = c.count * n; break;
+    case OpKind::kReduceScatter: *sendElems = c.count * n; *recvElems = c.count; break;
+    case OpKind::kAllToAll: *sendElems = *recvElems = c.count * n; break;
+    case OpKind::kGather: *sendElems = c.count; *recvElems = c.count * n; break;
+    case OpKind::kScatter: *sendElems = c.count * n; *recvElems = c.count; break;
+    default: *sendElems = *recvElems = c.count; break;
+  }
+}
+
+// Input element i of rank r: small values so products stay exact in int64.
+int64_t input(int r, size_t i) { return int64_t((r * 7 + i * 3) % 5) - 1; }
+
+void runCase(const Case& c, size_t sliceBytes) {
+  SCOPED_TRACE(caseName(c));
+  const int n = c.nranks;
+  const int root = n > 2 ? 2 : 0;
+  size_t sendElems, recvElems;
+  sizes(c, &sendElems, &recvElems);
+  std::vector<std::vector<int64_t>> send(static_cast<size_t>(n)), recv(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) {
+    send[size_t(r)].resize(std::max(sendElems, c.inPlace ? recvElems : size_t(0)) + 1);
+    for (size_t i = 0; i < send[size_t(r)].size(); ++i) send[size_t(r)][i] = input(r, i);
+    recv[size_t(r)].assign(recvElems + 1, -77);
+  }
+  std::vector<std::vector<int64_t>> original = send;
+  std::vector<Plan> plans;
+  std::vector<std::vector<std::byte*>> buffers;
+  OpDesc op;
+  op.kind = c.kind;
+  op.count = c.count;
+  op.type = DataType::kInt64;
+  op.root = root;
+  op.reduction = kernels::Reduction{DataType::kInt64, c.op, 0, 1};
+  for (int r = 0; r < n; ++r) {
+    auto* s = reinterpret_cast<std::byte*>(send[size_t(r)].data());
+    auto* d = reinterpret_cast<std::byte*>(recv[size_t(r)].data());
+    if (c.inPlace) {
+      // NCCL's in-place conventions: AllGather sends from its block of the
+      // output, ReduceScatter receives into its block of the input.
+      if (c.kind == OpKind::kAllGather) { d = s; s = d + size_t(r) * c.count * 8; }
+      else if (c.kind == OpKind::kReduceScatter) { d = s + size_t(r) * c.count * 8; }
+      else d = s;
+    }
+    PlanParams p{r, n, sliceBytes};
+    bool p2p = c.kind == OpKind::kAllToAll || c.kind == OpKind::kGather || c.kind == OpKind::kScatter;
+    auto plan = p2p ? planPointToPoint(std::span<const OpDesc>(&op, 1), p) : planCollective(op, p);
+    ASSERT_TRUE(plan.isOk()) << plan.status().message();
+    plans.push_back(std::move(plan.value()));
+    buffers.push_back({s, d});
+  }
+  Status st = simulate(plans, buffers, op.reduction, isReducing(c.kind));
+  ASSERT_TRUE(st.isOk()) << st.message();
+  // Expected results.
+  for (int r = 0; r < n; ++r) {
+    const int64_t* out = c.inPlace ? (c.kind == OpKind::kReduceScatter ? send[size_t(r)].data() + size_t(r) * c.count
+                                                                         : send[size_t(r)].data())
+                                   : recv[size_t(r)].data();
+    auto reduced = [&](size_t i) {
+      int64_t acc = original[0][i];
+      for (int q = 1; q < n; ++q) acc = apply(c.op, acc, original[size_t(q)][i]);
+      return acc;
+    };
+    for (size_t i = 0; i < recvElems; ++i) {
+      int64_t want = 0;
+      bool check = true;
+      switch (c.kind) {
+        case OpKind::kAllReduce: want = reduced(i); break;
+        case OpKind::kReduce: check = r == root; want = reduced(i); break;
+        case OpKind::kBroadcast: want = original[size_t(root)][i]; break;
+        case OpKind::kAllGather: {
+          // In place, rank q's input is its own block of the output buffer.
+          size_t q = i / c.count;
+          want = original[q][(c.inPlace ? q * c.count : 0) + i % c.count];
+          break;
+        }
+        case OpKind::kReduceScatter: want = reduced(size_t(r) * c.count + i); break;
+        case OpKind::kAllToAll: want = original[i / c.count][size_t(r) * c.count + i % c.count]; break;
+        case OpKind::kGather: check = r == root; want = original[i / c.count][i % c.count]; break;
+        case OpKind::kScatter: want = original[size_t(root)][size_t(r) * c.count + i]; break;
+        default: break;
+      }
+      if (check) ASSERT_EQ(out[i], want) << "rank " << r << " element " << i;
+    }
+    if (!c.inPlace) ASSERT_EQ(recv[size_t(r)][recvElems], -77) << "rank " << r << " wrote past its output";
+  }
+}
+
+TEST(PlanSimulator, EveryCollectiveEveryRankCount) {
+  const OpKind kinds[] = {OpKind::kAllReduce, OpKind::kAllGather, OpKind::kReduceScatter,
+                          OpKind::kBroadcast, OpKind::kReduce,    OpKind::kAllToAll,
+                          OpKind::kGather,    OpKind::kScatter};
+  const size_t counts[] = {0, 1, 7, 64, 1000, 4099};
+  for (OpKind kind : kinds)
+    for (int n = 1; n <= 17; ++n)
+      for (size_t count : counts)
+        for (bool inPlace : {false, true}) {
+          if (inPlace && (kind == OpKind::kAllToAll || kind == OpKind::kGather || kind == OpKind::kScatter)) continue;
+          // A small slice size forces many pipelined slices.
+          runCase(Case{kind, n, count, RedOp::kSum, inPlace}, 256);
+          if (HasFatalFailure()) return;
+        }
+}
+
+TEST(PlanSimulator, EveryOpOnReducingCollectives) {
+  for (OpKind kind : {OpKind::kAllReduce, OpKind::kReduceScatter, OpKind::kReduce})
+    for (RedOp op : {RedOp::kSum, RedOp::kProd, RedOp::kMax, RedOp::kMin})
+      for (int n : {1, 2, 3, 5, 8})
+        for (size_t count : {size_t(1), size_t(33), size_t(513)}) {
+          runCase(Case{kind, n, count, op, false}, 128);
+          if (HasFatalFailure()) return;
+        }
+}
+
+TEST(PlanSimulator, LargeSlicesAndOddCounts) {
+  for (int n : {2, 3, 4, 7})
+    for (size_t count : {size_t(12345), size_t(100003)}) {
+      runCase(Case{OpKind::kAllReduce, n, count, RedOp::kSum, true}, 64 * 1024);
+      runCase(Case{OpKind::kAllGather, n, count, RedOp::kSum, false}, 64 * 1024);
+      if (HasFatalFailure()) return;
+    }
+}
+
+TEST(PlanSimulator, GroupedSendRecvAnyPattern) {
+  // Every rank sends a different amount to every rank (itself included),
+  // all calls in one group, in a shuffled order per rank.
+  const int n = 5;
+  std::mt19937 rng(42);
+  auto amount = [](int from, int to) { return size_t(from * 31 + to * 17) % 50 + (from == to ? 1 : 0); };
+  std::vector<std::vector<std::vector<int64_t>>> sendb(n), recvb(n);
+  std::vector<Plan> plans;
+  std::vector<std::vector<std::byte*>> buffers(n);
+  for (int r = 0; r < n; ++r) {
+    std::vector<OpDesc> ops;
+    std::vector<int> order(size_t(2 * n));
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), rng);
+    sendb[size_t(r)].resize(size_t(n));
+    recvb[size_t(r)].resize(size_t(n));
+    for (int k : order) {
+      int q = k % n;
+      OpDesc op;
+      op.type = DataType::kInt64;
+      op.root = q;
+      if (k < n) {
+        auto& b = sendb[size_t(r)][size_t(q)];
+        b.resize(amount(r, q));
+        for (size_t i = 0; i < b.size(); ++i) b[i] = r * 1000 + q * 100 + int64_t(i);
+        op.kind = OpKind::kSend;
+        op.count = b.size();
+        buffers[size_t(r)].push_back(reinterpret_cast<std::byte*>(b.data()));
+        buffers[size_t(r)].push_back(nullptr);
+      } else {
+        auto& b = recvb[size_t(r)][size_t(q)];
+        b.assign(amount(q, r), -1);
+        op.kind = OpKind::kRecv;
+        op.count = b.size();
+        buffers[size_t(r)].push_back(nullptr);
+        buffers[size_t(r)].push_back(reinterpret_cast<std::byte*>(b.data()));
+      }
+      ops.push_back(op);
+    }
+    auto plan = planPointToPoint(ops, PlanParams{r, n, 64});
+    ASSERT_TRUE(plan.isOk());
+    plans.push_back(std::move(plan.value()));
+  }
+  Status st = simulate(plans, buffers, kernels::Reduction{DataType::kUint8, RedOp::kSum, 0, 1}, false);
+  ASSERT_TRUE(st.isOk()) << st.message();
+  for (int r = 0; r < n; ++r)
+    for (int q = 0; q < n; ++q)
+      for (size_t i = 0; i < amount(q, r); ++i)
+        ASSERT_EQ(recvb[size_t(r)][size_t(q)][i], q * 1000 + r * 100 + int64_t(i));
+}
+
+TEST(PlanSimulator, MismatchedSizesAreReported) {
+  OpDesc a;
+  a.kind = OpKind::kSend;
+  a.type = DataType::kInt64;
+  a.count = 10;
+  a.root = 1;
+  OpDesc b = a;
+  b.kind = OpKind::kRecv;
+  b.count = 11;
+  b.root = 0;
+  std::vector<int64_t> x(11);
+  auto p0 = planPointToPoint(std::span<const OpDesc>(&a, 1), PlanParams{0, 2, 1024});
+  auto p1 = planPointToPoint(std::span<const OpDesc>(&b, 1), PlanParams{1, 2, 1024});
+  std::vector<Plan> plans{p0.value(), p1.value()};
+  std::vector<std::vector<std::byte*>> bufs{{reinterpret_cast<std::byte*>(x.data()), nullptr},
+                                            {nullptr, reinterpret_cast<std::byte*>(x.data())}};
+  Status st = simulate(plans, bufs, kernels::Reduction{DataType::kUint8, RedOp::kSum, 0, 1}, false);
+  EXPECT_FALSE(st.isOk());
+  EXPECT_NE(st.message().find("80 bytes"), std::string::npos) << st.message();
+}
+
+}  // namespace
+}  // namespace loom::core
