@@ -1,0 +1,77 @@
+// Shared pieces of the C ABI layer: the ncclComm handle, the registry of
+// live handles (so a destroyed or bogus handle is an error, not a crash),
+// the entry-point wrapper and argument checks.
+//
+// Only src/api/ says extern "C". Every entry point is
+//   NCCL_API(ret, ncclName, params...) { return guard("ncclName", [&] { ... }); }
+// which defines pncclName and makes ncclName a weak alias of it, converts
+// Status to ncclResult_t, records the message for ncclGetLastError, and
+// catches anything the standard library throws.
+#pragma once
+
+#include <nccl.h>
+
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+
+#include "common/status.h"
+#include "core/communicator.h"
+
+// What ncclCommRegister returns as the handle (host mode: bookkeeping).
+struct LoomRegistration {
+  void* buff;
+  size_t size;
+};
+
+struct ncclComm {
+  std::unique_ptr<loom::core::Communicator> impl;
+  std::mutex regMutex;
+  std::set<std::unique_ptr<LoomRegistration>> registrations;
+};
+
+#define NCCL_API(ret, func, ...)                                                       \
+  extern "C" __attribute__((visibility("default"))) ret p##func(__VA_ARGS__);          \
+  extern "C" __attribute__((visibility("default"), weak, alias("p" #func))) ret func(  \
+      __VA_ARGS__);                                                                    \
+  extern "C" __attribute__((visibility("default"))) ret p##func(__VA_ARGS__)
+
+namespace loom::api {
+
+ncclResult_t toNccl(Code code);
+// Records the message of a failed call (ncclGetLastError) and logs it.
+void recordError(const char* func, const Status& status);
+const char* lastError();
+
+template <typename F>
+ncclResult_t guard(const char* func, F&& body) noexcept {
+  try {
+    Status s = body();
+    if (!s.isOk() && s.code() != Code::kInProgress) recordError(func, s);
+    return toNccl(s.code());
+  } catch (const std::bad_alloc&) {
+    recordError(func, systemError("out of host memory"));
+    return ncclSystemError;
+  } catch (const std::exception& e) {
+    recordError(func, internalError(std::string("unexpected exception: ") + e.what()));
+    return ncclInternalError;
+  } catch (...) {
+    recordError(func, internalError("unexpected exception"));
+    return ncclInternalError;
+  }
+}
+
+// Handle registry.
+void registerComm(ncclComm* comm);
+void unregisterComm(ncclComm* comm);
+// The communicator behind a handle, or an error naming `arg`.
+Result<core::Communicator*> lookup(const ncclComm* comm, const char* arg = "comm");
+// Same, and also refuses a communicator whose sticky error is set.
+Result<core::Communicator*> lookupUsable(const ncclComm* comm);
+
+Status checkPtr(const void* p, const char* arg);
+Status checkType(ncclDataType_t type);
+Status checkRank(int r, int nranks, const char* arg);
+
+}  // namespace loom::api

@@ -1,0 +1,87 @@
+#include "api/api.h"
+
+#include <cstdio>
+
+#include "common/log.h"
+
+namespace loom::api {
+namespace {
+
+std::mutex gMutex;  // guards gComms and gLastError
+std::set<const ncclComm*> gComms;
+std::string gLastError;
+
+}  // namespace
+
+ncclResult_t toNccl(Code code) { return ncclResult_t(int(code)); }
+
+void recordError(const char* func, const Status& status) {
+  std::string text = std::string(func) + ": " + status.message();
+  LOOM_WARN("%s", (text + (status.toString().size() > status.message().size()
+                               ? " " + status.toString().substr(status.message().size())
+                               : ""))
+                      .c_str());
+  std::lock_guard<std::mutex> lock(gMutex);
+  gLastError = std::move(text);
+}
+
+const char* lastError() {
+  std::lock_guard<std::mutex> lock(gMutex);
+  thread_local std::string copy;
+  copy = gLastError;
+  return copy.c_str();
+}
+
+void registerComm(ncclComm* comm) {
+  std::lock_guard<std::mutex> lock(gMutex);
+  gComms.insert(comm);
+}
+
+void unregisterComm(ncclComm* comm) {
+  std::lock_guard<std::mutex> lock(gMutex);
+  gComms.erase(comm);
+}
+
+Result<core::Communicator*> lookup(const ncclComm* comm, const char* arg) {
+  if (!comm) return invalidArgument(std::string(arg) + " is NULL");
+  std::lock_guard<std::mutex> lock(gMutex);
+  if (!gComms.count(comm) || !comm->impl) {
+    return invalidArgument(std::string(arg) +
+                           " is not a live communicator (it was destroyed, aborted, or never created)");
+  }
+  return comm->impl.get();
+}
+
+Result<core::Communicator*> lookupUsable(const ncclComm* comm) {
+  LOOM_ASSIGN_OR_RETURN(core::Communicator* c, lookup(comm));
+  Status s = c->asyncError();
+  if (s.code() == Code::kInProgress) {
+    s = c->waitReady();  // host mode: calls block, so wait for a pending init
+  }
+  if (!s.isOk()) {
+    return Status(s.code(), "the communicator has failed earlier and cannot be used: " + s.message());
+  }
+  return c;
+}
+
+Status checkPtr(const void* p, const char* arg) {
+  return p ? Status::ok() : invalidArgument(std::string(arg) + " is NULL");
+}
+
+Status checkType(ncclDataType_t type) {
+  if (int(type) < 0 || int(type) >= int(ncclNumTypes)) {
+    return invalidArgument("datatype " + std::to_string(int(type)) +
+                           " is not a valid ncclDataType_t (0.." + std::to_string(int(ncclNumTypes) - 1) + ")");
+  }
+  return Status::ok();
+}
+
+Status checkRank(int r, int nranks, const char* arg) {
+  if (r < 0 || r >= nranks) {
+    return invalidArgument(std::string(arg) + " " + std::to_string(r) + " is out of range: the communicator has " +
+                           std::to_string(nranks) + " ranks");
+  }
+  return Status::ok();
+}
+
+}  // namespace loom::api

@@ -1,0 +1,274 @@
+// Unique ids, communicator creation and teardown, and queries.
+#include <cstring>
+#include <thread>
+
+#include "api/api.h"
+#include "common/log.h"
+#include "core/group.h"
+
+using loom::Status;
+using loom::core::CommOptions;
+using loom::core::Communicator;
+
+namespace loom::api {
+namespace {
+
+constexpr unsigned kConfigMagic = 0xcafebeef;
+
+// Reads an ncclConfig_t of any header version by its size: older headers
+// pass a smaller struct (missing fields keep their defaults), newer ones a
+// bigger one (unknown trailing fields are ignored).
+Status parseConfig(const ncclConfig_t* config, CommOptions* o) {
+  if (!config) return Status::ok();
+  if (config->magic != kConfigMagic) {
+    return invalidArgument("config->magic is not 0xcafebeef: initialise the config with "
+                           "NCCL_CONFIG_INITIALIZER before setting fields");
+  }
+  ncclConfig_t c = NCCL_CONFIG_INITIALIZER;
+  size_t n = std::min(config->size, sizeof c);
+  if (n < offsetof(ncclConfig_t, blocking)) return invalidArgument("config->size is too small");
+  std::memcpy(&c, config, n);
+  if (c.blocking != NCCL_CONFIG_UNDEF_INT) {
+    if (c.blocking != 0 && c.blocking != 1) return invalidArgument("config->blocking must be 0 or 1");
+    o->blocking = c.blocking == 1;
+  }
+  if (n >= offsetof(ncclConfig_t, commName) + sizeof c.commName && c.commName) o->name = c.commName;
+  return Status::ok();
+}
+
+Status checkInitArgs(ncclComm_t* comm, int nranks, int rank) {
+  LOOM_TRY(checkPtr(comm, "comm (the ncclComm_t* to fill)"));
+  if (nranks < 1) return invalidArgument("nranks " + std::to_string(nranks) + " must be at least 1");
+  return checkRank(rank, nranks, "rank");
+}
+
+// Creates the handle and runs (or queues, inside a group) its init.
+Status startInit(ncclComm_t* out, const CommOptions& options,
+                 std::function<Status(Communicator*)> init) {
+  auto handle = std::make_unique<ncclComm>();
+  handle->impl = std::make_unique<Communicator>(options);
+  Communicator* c = handle->impl.get();
+  auto job = [c, init = std::move(init)] { return init(c); };
+  if (core::groupDepth() > 0) {
+    core::enqueueInit(c, std::move(job));
+  } else if (!options.blocking) {
+    c->startAsync(std::move(job));
+    registerComm(handle.get());
+    *out = handle.release();
+    return Status(Code::kInProgress, "");
+  } else {
+    Status s = job();
+    if (!s.isOk()) {
+      *out = nullptr;
+      return s;
+    }
+  }
+  registerComm(handle.get());
+  *out = handle.release();
+  return Status::ok();
+}
+
+Status initFromId(ncclComm_t* comm, int nranks, const ncclUniqueId& id, int rank,
+                  const ncclConfig_t* config) {
+  LOOM_TRY(checkInitArgs(comm, nranks, rank));
+  CommOptions options = CommOptions::fromSettings();
+  LOOM_TRY(parseConfig(config, &options));
+  ncclUniqueId copy = id;
+  return startInit(comm, options, [copy, nranks, rank](Communicator* c) {
+    return c->initFromId(reinterpret_cast<const uint8_t*>(copy.internal), nranks, rank);
+  });
+}
+
+void destroyHandle(ncclComm* comm) {
+  unregisterComm(comm);
+  delete comm;
+}
+
+}  // namespace
+}  // namespace loom::api
+
+using namespace loom;
+using namespace loom::api;
+
+NCCL_API(ncclResult_t, ncclGetVersion, int* version) {
+  return guard("ncclGetVersion", [&] {
+    LOOM_TRY(checkPtr(version, "version"));
+    *version = NCCL_VERSION_CODE;
+    return Status::ok();
+  });
+}
+
+NCCL_API(ncclResult_t, ncclGetUniqueId, ncclUniqueId* uniqueId) {
+  return guard("ncclGetUniqueId", [&] {
+    LOOM_TRY(checkPtr(uniqueId, "uniqueId"));
+    return loom::core::getUniqueId(reinterpret_cast<uint8_t*>(uniqueId->internal));
+  });
+}
+
+NCCL_API(ncclResult_t, ncclCommInitRank, ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank) {
+  return guard("ncclCommInitRank", [&] { return initFromId(comm, nranks, commId, rank, nullptr); });
+}
+
+NCCL_API(ncclResult_t, ncclCommInitRankConfig, ncclComm_t* comm, int nranks, ncclUniqueId commId,
+         int rank, ncclConfig_t* config) {
+  return guard("ncclCommInitRankConfig", [&] { return initFromId(comm, nranks, commId, rank, config); });
+}
+
+NCCL_API(ncclResult_t, ncclCommInitRankScalable, ncclComm_t* newcomm, int nranks, int myrank, int nId,
+         ncclUniqueId* commIds, ncclConfig_t* config) {
+  return guard("ncclCommInitRankScalable", [&] {
+    LOOM_TRY(checkPtr(commIds, "commIds"));
+    if (nId < 1) return invalidArgument("nId " + std::to_string(nId) + " must be at least 1");
+    // One rendezvous serves all ranks here; the other ids' roots time out unused.
+    return initFromId(newcomm, nranks, commIds[0], myrank, config);
+  });
+}
+
+NCCL_API(ncclResult_t, ncclCommInitAll, ncclComm_t* comm, int ndev, const int* devlist) {
+  return guard("ncclCommInitAll", [&] {
+    LOOM_TRY(checkPtr(comm, "comm"));
+    if (ndev < 1) return invalidArgument("ndev " + std::to_string(ndev) + " must be at least 1");
+    if (devlist) {
+      for (int i = 0; i < ndev; ++i)
+        if (devlist[i] < 0) return invalidArgument("devlist[" + std::to_string(i) + "] is negative");
+    }
+    ncclUniqueId id;
+    LOOM_TRY(loom::core::getUniqueId(reinterpret_cast<uint8_t*>(id.internal)));
+    std::vector<ncclComm_t> comms(size_t(ndev), nullptr);
+    LOOM_TRY(loom::core::groupStart());
+    for (int i = 0; i < ndev; ++i) {
+      CommOptions options = CommOptions::fromSettings();
+      options.blocking = true;
+      Status s = startInit(&comms[size_t(i)], options, [id, ndev, i](Communicator* c) {
+        return c->initFromId(reinterpret_cast<const uint8_t*>(id.internal), ndev, i);
+      });
+      if (!s.isOk()) {
+        loom::core::groupEnd().ignore();
+        return s;
+      }
+    }
+    Status s = loom::core::groupEnd();
+    if (!s.isOk()) {
+      for (ncclComm_t c : comms) if (c) destroyHandle(c);
+      return s;
+    }
+    for (int i = 0; i < ndev; ++i) comm[i] = comms[size_t(i)];
+    return Status::ok();
+  });
+}
+
+NCCL_API(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key, ncclComm_t* newcomm,
+         ncclConfig_t* config) {
+  return guard("ncclCommSplit", [&]() -> Status {
+    LOOM_ASSIGN_OR_RETURN(Communicator* parent, lookupUsable(comm));
+    LOOM_TRY(checkPtr(newcomm, "newcomm"));
+    if (color < NCCL_SPLIT_NOCOLOR) {
+      return invalidArgument("color " + std::to_string(color) + " must be >= 0 or NCCL_SPLIT_NOCOLOR (-1)");
+    }
+    CommOptions options = parent->options();
+    options.name.clear();
+    LOOM_TRY(parseConfig(config, &options));
+    *newcomm = nullptr;
+    if (color == NCCL_SPLIT_NOCOLOR) {
+      if (loom::core::groupDepth() > 0) {
+        loom::core::enqueueInit(parent, [parent, key] { return Communicator::split(*parent, -1, key, nullptr); });
+        return Status::ok();
+      }
+      return Communicator::split(*parent, -1, key, nullptr);
+    }
+    return startInit(newcomm, options, [parent, color, key](Communicator* child) {
+      return Communicator::split(*parent, color, key, child);
+    });
+  });
+}
+
+NCCL_API(ncclResult_t, ncclCommShrink, ncclComm_t comm, int* excludeRanksList, int excludeRanksCount,
+         ncclComm_t* newcomm, ncclConfig_t* config, int shrinkFlags) {
+  return guard("ncclCommShrink", [&]() -> Status {
+    LOOM_TRY(lookup(comm).status());
+    return invalidUsage("ncclCommShrink is not supported by loom yet; create a new communicator with "
+                        "ncclCommSplit or a new unique id instead");
+  });
+}
+
+NCCL_API(ncclResult_t, ncclCommRevoke, ncclComm_t comm, int revokeFlags) {
+  return guard("ncclCommRevoke", [&]() -> Status {
+    LOOM_TRY(lookup(comm).status());
+    return invalidUsage("ncclCommRevoke is not supported by loom yet; use ncclCommAbort");
+  });
+}
+
+NCCL_API(ncclResult_t, ncclCommFinalize, ncclComm_t comm) {
+  return guard("ncclCommFinalize", [&]() -> Status {
+    LOOM_ASSIGN_OR_RETURN(Communicator* c, lookup(comm));
+    // Host mode: every operation has completed when its call returned, so
+    // finalizing only waits for a pending non-blocking init.
+    Status s = c->waitReady();
+    return s.code() == Code::kInProgress ? Status::ok() : s;
+  });
+}
+
+NCCL_API(ncclResult_t, ncclCommDestroy, ncclComm_t comm) {
+  return guard("ncclCommDestroy", [&]() -> Status {
+    if (!comm) return Status::ok();  // as NCCL: destroying NULL is a no-op
+    LOOM_ASSIGN_OR_RETURN(Communicator* c, lookup(comm));
+    { std::lock_guard<std::mutex> lock(c->opMutex()); }
+    destroyHandle(comm);
+    return Status::ok();
+  });
+}
+
+NCCL_API(ncclResult_t, ncclCommAbort, ncclComm_t comm) {
+  return guard("ncclCommAbort", [&]() -> Status {
+    if (!comm) return Status::ok();
+    LOOM_ASSIGN_OR_RETURN(Communicator* c, lookup(comm));
+    unregisterComm(comm);  // no new call can start on it
+    c->abort();            // a running operation notices within milliseconds
+    { std::lock_guard<std::mutex> lock(c->opMutex()); }
+    delete comm;
+    return Status::ok();
+  });
+}
+
+NCCL_API(ncclResult_t, ncclCommGetAsyncError, ncclComm_t comm, ncclResult_t* asyncError) {
+  return guard("ncclCommGetAsyncError", [&]() -> Status {
+    LOOM_ASSIGN_OR_RETURN(Communicator* c, lookup(comm));
+    LOOM_TRY(checkPtr(asyncError, "asyncError"));
+    if (c->ready()) c->pollNotices();
+    Status s = c->asyncError();
+    if (s.isOk() || s.code() == Code::kInProgress) {
+      *asyncError = toNccl(s.code());
+    } else {
+      recordError("ncclCommGetAsyncError", s);
+      *asyncError = toNccl(s.code());
+    }
+    return Status::ok();
+  });
+}
+
+NCCL_API(ncclResult_t, ncclCommCount, const ncclComm_t comm, int* count) {
+  return guard("ncclCommCount", [&]() -> Status {
+    LOOM_ASSIGN_OR_RETURN(Communicator* c, lookup(comm));
+    LOOM_TRY(checkPtr(count, "count"));
+    *count = c->nranks();
+    return Status::ok();
+  });
+}
+
+NCCL_API(ncclResult_t, ncclCommCuDevice, const ncclComm_t comm, int* device) {
+  return guard("ncclCommCuDevice", [&]() -> Status {
+    LOOM_ASSIGN_OR_RETURN(Communicator* c, lookup(comm));
+    LOOM_TRY(checkPtr(device, "device"));
+    *device = c->cudaDevice();
+    return Status::ok();
+  });
+}
+
+NCCL_API(ncclResult_t, ncclCommUserRank, const ncclComm_t comm, int* rank) {
+  return guard("ncclCommUserRank", [&]() -> Status {
+    LOOM_ASSIGN_OR_RETURN(Communicator* c, lookup(comm));
+    LOOM_TRY(checkPtr(rank, "rank"));
+    *rank = c->rank();
+    return Status::ok();
+  });
+}
