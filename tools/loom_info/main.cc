@@ -1,0 +1,92 @@
+// loom-info: what this build of loom is and how it is configured.
+//
+//   loom-info            version, features, every setting (type, default,
+//                        current value and where it came from, doc)
+//   loom-info -s NAME    one setting
+//   loom-info --brief    version and features only
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include <loom/version.h>
+
+#include "build_info.h"
+#include "common/settings.h"
+
+namespace {
+
+void printWrapped(const char* text, int indent, int width) {
+  std::string line;
+  std::string word;
+  const char* p = text;
+  auto flush = [&] {
+    std::printf("%*s%s\n", indent, "", line.c_str());
+    line.clear();
+  };
+  while (true) {
+    if (*p == ' ' || *p == '\0') {
+      if (!word.empty()) {
+        if (!line.empty() && int(line.size() + 1 + word.size()) > width - indent) flush();
+        if (!line.empty()) line += ' ';
+        line += word;
+        word.clear();
+      }
+      if (*p == '\0') break;
+    } else {
+      word += *p;
+    }
+    ++p;
+  }
+  if (!line.empty()) flush();
+}
+
+void printSetting(const loom::settings::Spec& s, const loom::settings::Config& cfg) {
+  std::printf("%s\n", s.name);
+  std::printf("    type %s, default \"%s\", subsystem %s\n", loom::settings::typeName(s.type), s.defaultValue,
+              s.subsystem);
+  std::printf("    value \"%s\" (%s)\n", cfg.text(s.name).c_str(),
+              loom::settings::sourceName(cfg.source(s.name)));
+  printWrapped(s.doc, 4, 80);
+}
+
+int usage(const char* argv0) {
+  std::fprintf(stderr, "usage: %s [--brief] [-s NAME]\n", argv0);
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool brief = false;
+  const char* only = nullptr;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--brief")) brief = true;
+    else if (!std::strcmp(argv[i], "-s") && i + 1 < argc) only = argv[++i];
+    else if (!std::strcmp(argv[i], "-h") || !std::strcmp(argv[i], "--help")) return usage(argv[0]), 0;
+    else return usage(argv[0]);
+  }
+  auto cfg = loom::settings::current();
+  if (only) {
+    const auto* spec = loom::settings::find(only);
+    if (!spec) {
+      std::fprintf(stderr, "loom-info: no setting named %s\n", only);
+      return 1;
+    }
+    printSetting(*spec, *cfg);
+    return 0;
+  }
+  std::printf("loom %s (NCCL API 2.27.7 compatible, libnccl.so.2)\n", LOOM_VERSION_STRING);
+  std::printf("build: %s, %s\n", LOOM_BUILD_TYPE, LOOM_BUILD_COMPILER);
+  std::printf("features:\n");
+  std::printf("  cuda        %s\n", LOOM_BUILD_CUDA_ENABLED ? "compiled in" : "not compiled in");
+  std::printf("  buffers     host%s\n", LOOM_BUILD_CUDA_ENABLED ? " (cuda data path: not yet)" : "");
+  std::printf("  transports  loopback (same rank), tcp (sockets)\n");
+  if (brief) return 0;
+  std::printf("\nsettings (environment, then NCCL_CONF_FILE / ~/.nccl.conf / /etc/nccl.conf, then default):\n\n");
+  for (const auto& s : loom::settings::table()) {
+    printSetting(s, *cfg);
+    std::printf("\n");
+  }
+  if (!cfg->warnings().empty()) std::printf("warnings: %s\n", cfg->warnings().c_str());
+  return 0;
+}
