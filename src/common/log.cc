@@ -98,8 +98,8 @@ void initLocked() {
   bool first = gLevel.load() == kUninit;
   gLevel.store(int(lvl), std::memory_order_release);
   if (first && lvl >= Level::kVersion) {
-    std::fprintf(gFile, "%s:%d:%ld [%d] NCCL INFO loom %s (NCCL API 2.27.7 compatible)\n", gHost,
-                 getpid(), long(syscall(SYS_gettid)), tRank, LOOM_VERSION_STRING);
+    std::fprintf(gFile, "%s:%d:%ld [%d] NCCL INFO NCCL version %s+loom%s\n", gHost, getpid(),
+                 long(syscall(SYS_gettid)), tRank, LOOM_NCCL_VERSION_STRING, LOOM_VERSION_STRING);
   }
   if (!cfg->warnings().empty() && lvl >= Level::kWarn) {
     std::fprintf(gFile, "%s:%d:%ld [%d] NCCL WARN settings: %s\n", gHost, getpid(),

@@ -75,7 +75,8 @@ int main(int argc, char** argv) {
     printSetting(*spec, *cfg);
     return 0;
   }
-  std::printf("loom %s (NCCL API 2.27.7 compatible, libnccl.so.2)\n", LOOM_VERSION_STRING);
+  std::printf("loom %s (NCCL API %s compatible, libnccl.so.2)\n", LOOM_VERSION_STRING,
+              LOOM_NCCL_VERSION_STRING);
   std::printf("build: %s, %s\n", LOOM_BUILD_TYPE, LOOM_BUILD_COMPILER);
   std::printf("features:\n");
   std::printf("  cuda        %s\n", LOOM_BUILD_CUDA_ENABLED ? "compiled in" : "not compiled in");
