@@ -1,0 +1,249 @@
+// loomrun without the library: environment, output handling, exit status
+// propagation, stopping the other ranks and leaving no process behind.
+// Ranks are small shell scripts.
+#include <gtest/gtest.h>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+std::string readFile(const fs::path& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// A process is gone when it no longer exists or is a zombie nobody reaped
+// (a container's init may not reap orphans).
+bool processGone(pid_t pid) {
+  if (kill(pid, 0) != 0) return errno == ESRCH;
+  std::string stat = readFile("/proc/" + std::to_string(pid) + "/stat");
+  size_t close = stat.rfind(')');
+  return close != std::string::npos && close + 2 < stat.size() && stat[close + 2] == 'Z';
+}
+
+class LoomrunTest : public testing::Test {
+ protected:
+  void SetUp() override {
+    char pattern[] = "/tmp/loomrun_test.XXXXXX";
+    ASSERT_NE(mkdtemp(pattern), nullptr);
+    dir_ = pattern;
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // Starts loomrun with `args`; stdout and stderr go to files in dir_.
+  pid_t start(const std::vector<std::string>& args) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      int out = open((dir_ / "stdout").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      int err = open((dir_ / "stderr").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      dup2(out, STDOUT_FILENO);
+      dup2(err, STDERR_FILENO);
+      std::vector<char*> argv{const_cast<char*>(LOOMRUN_PATH)};
+      for (const std::string& arg : args) argv.push_back(const_cast<char*>(arg.c_str()));
+      argv.push_back(nullptr);
+      execv(LOOMRUN_PATH, argv.data());
+      _exit(126);
+    }
+    return pid;
+  }
+
+  // Waits for loomrun; fails the test (and kills it) after `limitSeconds`,
+  // a liveness bound far above what any of these runs needs.
+  int finish(pid_t pid, int limitSeconds = 60) {
+    auto deadline = Clock::now() + std::chrono::seconds(limitSeconds);
+    int status = 0;
+    while (waitpid(pid, &status, WNOHANG) == 0) {
+      if (Clock::now() > deadline) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+        ADD_FAILURE() << "loomrun did not finish within " << limitSeconds << " s";
+        return -1;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    out_ = readFile(dir_ / "stdout");
+    err_ = readFile(dir_ / "stderr");
+    if (WIFEXITED(status)) return WEXITSTATUS(status);
+    return 128 + WTERMSIG(status);
+  }
+
+  int runLoomrun(const std::vector<std::string>& args) { return finish(start(args)); }
+
+  // Ranks write their shell's pid to dir_/pid.<rank> first.
+  std::string pidFileScript(const std::string& rest) {
+    return "echo $$ > " + (dir_ / "pid.").string() + "$LOOM_RANK; " + rest;
+  }
+  std::vector<pid_t> rankPids(int n) {
+    std::vector<pid_t> pids;
+    for (int r = 0; r < n; ++r) {
+      std::string text = readFile(dir_ / ("pid." + std::to_string(r)));
+      if (!text.empty()) pids.push_back(pid_t(std::stol(text)));
+    }
+    return pids;
+  }
+  bool waitForPidFiles(int n) {
+    auto deadline = Clock::now() + std::chrono::seconds(30);
+    while (Clock::now() < deadline) {
+      if (int(rankPids(n).size()) == n) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return false;
+  }
+
+  fs::path dir_;
+  std::string out_;
+  std::string err_;
+};
+
+TEST_F(LoomrunTest, ExportsRankEnvironmentAndAFreshRendezvous) {
+  fs::path outDir = dir_ / "env";
+  ASSERT_EQ(runLoomrun({"-n", "3", "--output", outDir.string(), "--", "env"}), 0) << err_;
+  std::string commId, secret;
+  for (int r = 0; r < 3; ++r) {
+    std::map<std::string, std::string> env;
+    std::istringstream lines(readFile(outDir / ("rank." + std::to_string(r) + ".out")));
+    for (std::string line; std::getline(lines, line);) {
+      size_t eq = line.find('=');
+      if (eq != std::string::npos) env[line.substr(0, eq)] = line.substr(eq + 1);
+    }
+    EXPECT_EQ(env["LOOM_RANK"], std::to_string(r));
+    EXPECT_EQ(env["LOOM_WORLD_SIZE"], "3");
+    EXPECT_EQ(env["LOOM_LOCAL_RANK"], std::to_string(r));
+    EXPECT_TRUE(std::regex_match(env["NCCL_COMM_ID"], std::regex(R"(127\.0\.0\.1:[1-9][0-9]*)"))) << env["NCCL_COMM_ID"];
+    EXPECT_TRUE(std::regex_match(env["LOOM_COMM_SECRET"], std::regex("[0-9a-f]{32}"))) << env["LOOM_COMM_SECRET"];
+    if (r == 0) {
+      commId = env["NCCL_COMM_ID"];
+      secret = env["LOOM_COMM_SECRET"];
+    }
+    EXPECT_EQ(env["NCCL_COMM_ID"], commId);
+    EXPECT_EQ(env["LOOM_COMM_SECRET"], secret);
+  }
+  ASSERT_EQ(runLoomrun({"-n", "1", "--output", outDir.string(), "--", "sh", "-c", "echo $LOOM_COMM_SECRET"}), 0);
+  std::string second = readFile(outDir / "rank.0.out");
+  EXPECT_EQ(second.size(), 33u);
+  EXPECT_NE(second.substr(0, 32), secret) << "every job gets a new secret";
+}
+
+TEST_F(LoomrunTest, TagPrefixesEveryLineAndKeepsStreamsApart) {
+  ASSERT_EQ(runLoomrun({"-n", "2", "--tag", "--", "sh", "-c",
+                        "echo out$LOOM_RANK; echo err$LOOM_RANK >&2; echo second$LOOM_RANK; printf tail$LOOM_RANK"}),
+            0)
+      << err_;
+  for (int r = 0; r < 2; ++r) {
+    std::string tag = "[" + std::to_string(r) + "] ";
+    std::string rank = std::to_string(r);
+    EXPECT_NE(out_.find(tag + "out" + rank + "\n"), std::string::npos) << out_;
+    EXPECT_NE(out_.find(tag + "second" + rank + "\n"), std::string::npos) << out_;
+    EXPECT_NE(out_.find(tag + "tail" + rank + "\n"), std::string::npos) << "unterminated last line: " << out_;
+    EXPECT_NE(err_.find(tag + "err" + rank + "\n"), std::string::npos) << err_;
+    EXPECT_EQ(out_.find("err" + rank), std::string::npos) << "stderr leaked into stdout";
+  }
+  std::istringstream lines(out_);
+  for (std::string line; std::getline(lines, line);) {
+    EXPECT_TRUE(std::regex_match(line, std::regex(R"(\[[01]\] \S+)"))) << line;
+  }
+}
+
+TEST_F(LoomrunTest, OutputWritesOneFilePairPerRankAndCreatesTheFolder) {
+  fs::path outDir = dir_ / "nested" / "logs";
+  ASSERT_EQ(runLoomrun({"-n", "3", "--output", outDir.string(), "--", "sh", "-c",
+                        "echo hello $LOOM_RANK; echo oops $LOOM_RANK >&2"}),
+            0);
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(readFile(outDir / ("rank." + std::to_string(r) + ".out")), "hello " + std::to_string(r) + "\n");
+    EXPECT_EQ(readFile(outDir / ("rank." + std::to_string(r) + ".err")), "oops " + std::to_string(r) + "\n");
+  }
+  EXPECT_EQ(out_, "");
+}
+
+TEST_F(LoomrunTest, FailingRankStatusIsReturnedAndTheOthersStopped) {
+  int status = runLoomrun({"-n", "3", "--", "sh", "-c",
+                           pidFileScript("if [ $LOOM_RANK = 1 ]; then sleep 0.2; exit 7; fi; sleep 300")});
+  EXPECT_EQ(status, 7);
+  EXPECT_TRUE(std::regex_search(err_, std::regex(R"(loomrun: rank 1 \(pid \d+\) exited with status 7; )"
+                                                 R"(stopping the other 2 ranks)")))
+      << err_;
+  std::vector<pid_t> pids = rankPids(3);
+  ASSERT_EQ(pids.size(), 3u);
+  for (pid_t pid : pids) EXPECT_TRUE(processGone(pid)) << "pid " << pid << " survived";
+}
+
+TEST_F(LoomrunTest, RankKilledBySignalIsNamedAndGivesSignalStatus) {
+  int status = runLoomrun({"-n", "4", "--", "sh", "-c",
+                           pidFileScript("if [ $LOOM_RANK = 2 ]; then sleep 0.2; kill -9 $$; fi; sleep 300")});
+  EXPECT_EQ(status, 128 + SIGKILL);
+  EXPECT_TRUE(std::regex_search(err_, std::regex(R"(loomrun: rank 2 \(pid \d+\) was killed by signal SIGKILL)")))
+      << err_;
+  for (pid_t pid : rankPids(4)) EXPECT_TRUE(processGone(pid)) << "pid " << pid << " survived";
+}
+
+TEST_F(LoomrunTest, AllRanksSucceedingGivesZero) {
+  EXPECT_EQ(runLoomrun({"-n", "5", "--", "true"}), 0);
+  EXPECT_EQ(err_, "");
+}
+
+TEST_F(LoomrunTest, InterruptStopsEveryRankEvenOnesIgnoringTerm) {
+  // The ranks ignore SIGINT and SIGTERM, and have a child of their own:
+  // only the SIGKILL after the grace period, sent to each process group,
+  // ends them all.
+  pid_t loomrun = start({"-n", "3", "--grace", "1", "--", "sh", "-c",
+                         pidFileScript("trap '' INT TERM; sleep 300 & echo $! > " + (dir_ / "child.").string() +
+                                       "$LOOM_RANK; wait")});
+  ASSERT_TRUE(waitForPidFiles(3));
+  kill(loomrun, SIGINT);
+  EXPECT_EQ(finish(loomrun), 128 + SIGINT);
+  EXPECT_NE(err_.find("loomrun: received SIGINT; stopping 3 ranks"), std::string::npos) << err_;
+  for (pid_t pid : rankPids(3)) EXPECT_TRUE(processGone(pid)) << "rank pid " << pid << " survived";
+  for (int r = 0; r < 3; ++r) {
+    std::string text = readFile(dir_ / ("child." + std::to_string(r)));
+    if (!text.empty()) EXPECT_TRUE(processGone(pid_t(std::stol(text)))) << "grandchild of rank " << r << " survived";
+  }
+}
+
+TEST_F(LoomrunTest, TerminateIsForwarded) {
+  pid_t loomrun = start({"-n", "2", "--", "sh", "-c", pidFileScript("sleep 300")});
+  ASSERT_TRUE(waitForPidFiles(2));
+  kill(loomrun, SIGTERM);
+  EXPECT_EQ(finish(loomrun), 128 + SIGTERM);
+  for (pid_t pid : rankPids(2)) EXPECT_TRUE(processGone(pid));
+}
+
+TEST_F(LoomrunTest, TimeoutStopsTheJobWith124) {
+  EXPECT_EQ(runLoomrun({"-n", "2", "--timeout", "0.5", "--grace", "1", "--", "sh", "-c", pidFileScript("sleep 300")}),
+            124);
+  EXPECT_NE(err_.find("loomrun: timeout"), std::string::npos) << err_;
+  for (pid_t pid : rankPids(2)) EXPECT_TRUE(processGone(pid));
+}
+
+TEST_F(LoomrunTest, UsageErrorsAndMissingCommands) {
+  EXPECT_EQ(runLoomrun({"true"}), 2);
+  EXPECT_NE(err_.find("-n"), std::string::npos) << err_;
+  EXPECT_EQ(runLoomrun({"-n", "0", "true"}), 2);
+  EXPECT_EQ(runLoomrun({"-n", "2", "--bogus", "true"}), 2);
+  EXPECT_EQ(runLoomrun({"-n", "2"}), 2);
+  EXPECT_EQ(runLoomrun({"-n", "2", "--", "/nonexistent/command"}), 127);
+  EXPECT_NE(err_.find("cannot run '/nonexistent/command'"), std::string::npos) << err_;
+  EXPECT_EQ(runLoomrun({"-h"}), 0);
+  EXPECT_NE(out_.find("USAGE: loomrun"), std::string::npos);
+}
+
+}  // namespace
