@@ -1,0 +1,438 @@
+// Tests of transport/shm/connection.h with both ranks as threads of this
+// process: data paths, errors, wake-ups and the /dev/shm guarantee.
+#include "transport/shm/connection.h"
+
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <thread>
+
+#include "common/settings.h"
+#include "shm_test_util.h"
+#include "transport_test_util.h"
+
+namespace loom::transport::shm {
+namespace {
+
+using testing::makePair;
+using testing::Options;
+using testing::Pair;
+
+constexpr size_t kSmallFifo = 128 << 10;  // 16 KiB slots: multi-slot copies below 64 KiB
+
+Options smallFifo(size_t singleCopyMin) {
+  Options o;
+  o.fifoBytes = kSmallFifo;
+  o.singleCopyMin = singleCopyMin;
+  return o;
+}
+
+Pair pairOrDie(const Options& a, const Options& b) {
+  auto p = makePair(a, b);
+  EXPECT_TRUE(p.isOk()) << p.status().toString();
+  if (!p.isOk()) return Pair{};
+  return std::move(p).value();
+}
+
+// Both directions at once, one thread per rank, every size class.
+void exchangeBothWays(Pair& p, int rounds) {
+  auto sizes = testing::mixedSizes(p.a->slotBytes(), rounds);
+  Deadline d = Deadline::afterSeconds(120);
+  Status sb;
+  std::thread tb([&] { sb = testing::runExchange(*p.b, 2, sizes, 1, sizes, 4, d); });
+  Status sa = testing::runExchange(*p.a, 1, sizes, 2, sizes, 4, d);
+  tb.join();
+  EXPECT_TRUE(sa.isOk()) << sa.toString();
+  EXPECT_TRUE(sb.isOk()) << sb.toString();
+  EXPECT_TRUE(p.a->idle());
+  EXPECT_TRUE(p.b->idle());
+}
+
+TEST(Shm, SetupValuesAndKind) {
+  Pair p = pairOrDie(smallFifo(65536), smallFifo(65536));
+  ASSERT_TRUE(p.a && p.b);
+  EXPECT_EQ(std::string(p.a->kind()), "shm");
+  EXPECT_EQ(p.a->peer(), 1);
+  EXPECT_EQ(p.b->peer(), 0);
+  EXPECT_EQ(p.a->slotBytes(), kSmallFifo / kSlots);
+  EXPECT_EQ(p.a->local().pid, ::getpid());
+  EXPECT_NE(p.a->local().nonce, p.b->local().nonce);
+  EXPECT_TRUE(p.a->attached());
+  EXPECT_TRUE(p.a->idle());
+  std::vector<pollfd> fds;
+  p.a->pollFds(&fds);
+  EXPECT_TRUE(fds.empty()) << "an idle connection has nothing to wait for";
+}
+
+TEST(Shm, MixedSizesBothWaysThreads) {
+  Pair p = pairOrDie(smallFifo(65536), smallFifo(65536));
+  ASSERT_TRUE(p.a && p.b);
+  exchangeBothWays(p, 3);
+  if (p.a->peerCanPull()) {
+    EXPECT_GT(p.a->singleCopySends(), 0u);
+    EXPECT_GT(p.b->singleCopySends(), 0u);
+  } else {
+    std::printf("note: process_vm_readv is not permitted here; single-copy was not exercised\n");
+  }
+}
+
+TEST(Shm, MixedSizesDefaultOptions) {
+  Pair p = pairOrDie(Options{}, Options{});
+  ASSERT_TRUE(p.a && p.b);
+  EXPECT_EQ(p.a->slotBytes(), Options{}.fifoBytes / kSlots);
+  exchangeBothWays(p, 2);
+}
+
+TEST(Shm, FifoCopyFallbackCarriesEverything) {
+  Pair p = pairOrDie(smallFifo(0), smallFifo(0));
+  ASSERT_TRUE(p.a && p.b);
+  EXPECT_FALSE(p.a->canPull());
+  EXPECT_FALSE(p.a->peerCanPull());
+  exchangeBothWays(p, 3);
+  EXPECT_EQ(p.a->singleCopySends(), 0u);
+  EXPECT_EQ(p.b->singleCopySends(), 0u);
+}
+
+TEST(Shm, OneSideWithoutSingleCopy) {
+  // a never reads b's memory, so b copies through the FIFO; a still pulls.
+  Pair p = pairOrDie(smallFifo(0), smallFifo(65536));
+  ASSERT_TRUE(p.a && p.b);
+  exchangeBothWays(p, 1);
+  EXPECT_EQ(p.a->singleCopySends(), 0u);
+  EXPECT_EQ(p.b->singleCopySends(), 0u);
+}
+
+TEST(Shm, SizeMismatchIsStickyErrorAndWritesNothing) {
+  for (size_t bytes : {size_t(8), size_t(1) << 20}) {
+    Pair p = pairOrDie(smallFifo(65536), smallFifo(65536));
+    ASSERT_TRUE(p.a && p.b);
+    std::vector<uint8_t> out(bytes, 1), in(2 * bytes, 2);
+    Transfer s{out.data(), bytes}, r{in.data(), 2 * bytes};
+    ASSERT_TRUE(p.a->postSend(&s).isOk());
+    ASSERT_TRUE(p.a->progress().isOk());
+    ASSERT_TRUE(p.b->postRecv(&r).isOk());
+    Status err = p.b->progress();
+    ASSERT_FALSE(err.isOk());
+    EXPECT_EQ(err.code(), Code::kRemoteError);
+    std::string want = std::to_string(bytes) + "-byte message where a " +
+                       std::to_string(2 * bytes) + "-byte receive";
+    EXPECT_NE(err.message().find(want), std::string::npos) << err.message();
+    for (uint8_t x : in) ASSERT_EQ(x, 2);
+    EXPECT_FALSE(r.done);
+    EXPECT_EQ(p.b->progress().message(), err.message());
+    Transfer more{in.data(), 1};
+    EXPECT_EQ(p.b->postRecv(&more).message(), err.message());
+    std::vector<pollfd> fds;
+    p.b->pollFds(&fds);
+    EXPECT_TRUE(fds.empty());
+  }
+}
+
+TEST(Shm, PostBeforeAttachAndAttachTwiceAreErrors) {
+  auto a = ShmConnection::create(1, smallFifo(65536));
+  auto b = ShmConnection::create(0, smallFifo(65536));
+  ASSERT_TRUE(a.isOk() && b.isOk());
+  uint8_t x = 0;
+  Transfer t{&x, 1};
+  EXPECT_EQ((*a)->postSend(&t).code(), Code::kInvalidUsage);
+  EXPECT_TRUE((*a)->progress().isOk());
+  ASSERT_TRUE((*a)->attach((*b)->local()).isOk());
+  EXPECT_EQ((*a)->attach((*b)->local()).code(), Code::kInvalidUsage);
+}
+
+TEST(Shm, AttachRejectsWrongObjects) {
+  auto a = ShmConnection::create(1, smallFifo(65536));
+  auto b = ShmConnection::create(0, smallFifo(65536));
+  ASSERT_TRUE(a.isOk() && b.isOk());
+  ShmDescriptor d = (*b)->local();
+  d.nonce ^= 1;
+  Status s = (*a)->attach(d);
+  EXPECT_EQ(s.code(), Code::kRemoteError) << s.toString();
+  EXPECT_NE(s.message().find("not that rank's inbox"), std::string::npos) << s.message();
+
+  d = (*b)->local();
+  d.memfd = d.wakeFd;  // a pipe, not a memfd
+  s = (*a)->attach(d);
+  EXPECT_FALSE(s.isOk());
+
+  d = (*b)->local();
+  d.memfd = 100000;  // no such fd
+  s = (*a)->attach(d);
+  EXPECT_EQ(s.code(), Code::kRemoteError);
+  EXPECT_NE(s.message().find("NCCL_SHM_DISABLE"), std::string::npos) << s.message();
+
+  d = (*b)->local();
+  d.magic = 0;
+  EXPECT_FALSE((*a)->attach(d).isOk());
+  EXPECT_FALSE((*a)->attached());
+  EXPECT_TRUE((*a)->attach((*b)->local()).isOk());
+}
+
+TEST(Shm, OptionsFromSettings) {
+  Options d = Options::fromSettings();
+  EXPECT_EQ(d.fifoBytes, size_t(2) << 20);
+  EXPECT_EQ(d.singleCopyMin, 0u) << "single-copy is off by default";
+  setenv("LOOM_SHM_FIFO_BYTES", "262144", 1);
+  setenv("LOOM_SHM_SINGLE_COPY_MIN", "131072", 1);
+  settings::reload();
+  Options o = Options::fromSettings();
+  unsetenv("LOOM_SHM_FIFO_BYTES");
+  unsetenv("LOOM_SHM_SINGLE_COPY_MIN");
+  settings::reload();
+  EXPECT_EQ(o.fifoBytes, size_t(262144));
+  EXPECT_EQ(o.singleCopyMin, size_t(131072));
+}
+
+TEST(Shm, BadOptionsAreRejected) {
+  Options o;
+  o.fifoBytes = 1000;
+  auto c = ShmConnection::create(0, o);
+  ASSERT_FALSE(c.isOk());
+  EXPECT_EQ(c.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(c.status().message().find("LOOM_SHM_FIFO_BYTES"), std::string::npos);
+}
+
+TEST(Shm, ClosedPeerDeliversWhatItSentThenFails) {
+  Pair p = pairOrDie(smallFifo(65536), smallFifo(65536));
+  ASSERT_TRUE(p.a && p.b);
+  std::vector<uint8_t> out(100), in(100);
+  transport::testing::fillPattern(out.data(), 100, 3, 0);
+  Transfer s{out.data(), 100};
+  ASSERT_TRUE(p.b->postSend(&s).isOk());
+  ASSERT_TRUE(p.b->progress().isOk());
+  ASSERT_TRUE(s.done);
+  p.b.reset();  // b closes
+  Transfer r{in.data(), 100};
+  ASSERT_TRUE(p.a->postRecv(&r).isOk());
+  ASSERT_TRUE(p.a->progress().isOk()) << "published data is still delivered";
+  EXPECT_TRUE(r.done);
+  EXPECT_TRUE(transport::testing::checkPattern(in.data(), 100, 3, 0));
+  EXPECT_TRUE(p.a->progress().isOk()) << "an idle connection to a closed peer is not an error";
+  Transfer r2{in.data(), 100};
+  ASSERT_TRUE(p.a->postRecv(&r2).isOk());
+  Status err = p.a->progress();
+  EXPECT_EQ(err.code(), Code::kRemoteError);
+  EXPECT_NE(err.message().find("rank 1"), std::string::npos) << err.message();
+  EXPECT_NE(err.message().find("closed"), std::string::npos) << err.message();
+}
+
+TEST(Shm, ClosingWakesASleepingPeer) {
+  Pair p = pairOrDie(smallFifo(65536), smallFifo(65536));
+  ASSERT_TRUE(p.a && p.b);
+  uint8_t x;
+  Transfer r{&x, 1};
+  ASSERT_TRUE(p.a->postRecv(&r).isOk());
+  ASSERT_TRUE(p.a->progress().isOk());
+  std::vector<pollfd> fds;
+  p.a->pollFds(&fds);
+  ASSERT_FALSE(fds.empty());
+  EXPECT_EQ(::poll(fds.data(), fds.size(), 0), 0);
+  p.b.reset();
+  EXPECT_GT(::poll(fds.data(), fds.size(), 0), 0);
+  EXPECT_EQ(p.a->progress().code(), Code::kRemoteError);
+}
+
+TEST(Shm, NoWakeupSyscallsWhileNobodySleeps) {
+  Pair p = pairOrDie(smallFifo(65536), smallFifo(65536));
+  ASSERT_TRUE(p.a && p.b);
+  std::vector<uint8_t> out(64, 1), in(64);
+  for (int i = 0; i < 200; ++i) {
+    Transfer s{out.data(), 64}, r{in.data(), 64};
+    ASSERT_TRUE(p.a->postSend(&s).isOk());
+    ASSERT_TRUE(p.b->postRecv(&r).isOk());
+    for (int k = 0; k < 1000 && !(s.done && r.done); ++k) {
+      ASSERT_TRUE(p.a->progress().isOk());
+      ASSERT_TRUE(p.b->progress().isOk());
+    }
+    ASSERT_TRUE(s.done && r.done);
+  }
+  EXPECT_EQ(p.a->wakeupsSent(), 0u);
+  EXPECT_EQ(p.b->wakeupsSent(), 0u);
+}
+
+TEST(Shm, SleepingReceiverIsWokenBySend) {
+  Pair p = pairOrDie(smallFifo(65536), smallFifo(65536));
+  ASSERT_TRUE(p.a && p.b);
+  uint64_t out = 0x1122334455667788ull, in = 0;
+  Transfer r{&in, 8}, s{&out, 8};
+  ASSERT_TRUE(p.b->postRecv(&r).isOk());
+  ASSERT_TRUE(p.b->progress().isOk());
+  std::vector<pollfd> fds;
+  p.b->pollFds(&fds);
+  ASSERT_FALSE(fds.empty());
+  EXPECT_EQ(::poll(fds.data(), fds.size(), 0), 0) << "nothing to do yet";
+  ASSERT_TRUE(p.a->postSend(&s).isOk());
+  ASSERT_TRUE(p.a->progress().isOk());
+  EXPECT_EQ(p.a->wakeupsSent(), 1u);
+  EXPECT_GT(::poll(fds.data(), fds.size(), 0), 0) << "the send must wake the receiver";
+  ASSERT_TRUE(p.b->progress().isOk());
+  EXPECT_TRUE(r.done);
+  EXPECT_EQ(in, out);
+  // Woken and drained: the next wait blocks again.
+  Transfer r2{&in, 8};
+  ASSERT_TRUE(p.b->postRecv(&r2).isOk());
+  fds.clear();
+  p.b->pollFds(&fds);
+  EXPECT_EQ(::poll(fds.data(), fds.size(), 0), 0);
+}
+
+TEST(Shm, DataAlreadyThereMakesPollReturnAtOnce) {
+  Pair p = pairOrDie(smallFifo(65536), smallFifo(65536));
+  ASSERT_TRUE(p.a && p.b);
+  uint32_t out = 5, in = 0;
+  Transfer s{&out, 4}, r{&in, 4};
+  ASSERT_TRUE(p.a->postSend(&s).isOk());
+  ASSERT_TRUE(p.a->progress().isOk());
+  ASSERT_TRUE(p.b->postRecv(&r).isOk());  // no progress() before waiting
+  std::vector<pollfd> fds;
+  p.b->pollFds(&fds);
+  EXPECT_GT(::poll(fds.data(), fds.size(), 0), 0);
+  EXPECT_EQ(p.a->wakeupsSent(), 0u);
+  ASSERT_TRUE(p.b->progress().isOk());
+  EXPECT_EQ(in, 5u);
+}
+
+TEST(Shm, SenderWaitingForSlotsIsWoken) {
+  Pair p = pairOrDie(smallFifo(0), smallFifo(0));
+  ASSERT_TRUE(p.a && p.b);
+  const size_t n = kSlots + 2;
+  std::vector<uint8_t> out(64, 3), in(64 * n);
+  std::vector<Transfer> s(n), r(n);
+  for (size_t i = 0; i < n; ++i) {
+    s[i] = Transfer{out.data(), 64};
+    ASSERT_TRUE(p.a->postSend(&s[i]).isOk());
+  }
+  ASSERT_TRUE(p.a->progress().isOk());
+  EXPECT_TRUE(s[kSlots - 1].done);
+  EXPECT_FALSE(s[kSlots].done) << "the FIFO holds kSlots messages";
+  std::vector<pollfd> fds;
+  p.a->pollFds(&fds);
+  EXPECT_EQ(::poll(fds.data(), fds.size(), 0), 0);
+  for (size_t i = 0; i < n; ++i) {
+    r[i] = Transfer{in.data() + 64 * i, 64};
+    ASSERT_TRUE(p.b->postRecv(&r[i]).isOk());
+  }
+  ASSERT_TRUE(p.b->progress().isOk());
+  EXPECT_EQ(p.b->wakeupsSent(), 1u);
+  EXPECT_GT(::poll(fds.data(), fds.size(), 0), 0) << "freed slots must wake the sender";
+  ASSERT_TRUE(p.a->progress().isOk());
+  ASSERT_TRUE(p.b->progress().isOk());
+  EXPECT_TRUE(s[n - 1].done && r[n - 1].done);
+}
+
+TEST(Shm, SingleCopySendCompletesOnlyAfterTheReceiverCopied) {
+  Pair p = pairOrDie(smallFifo(65536), smallFifo(65536));
+  ASSERT_TRUE(p.a && p.b);
+  if (!p.a->peerCanPull()) GTEST_SKIP() << "process_vm_readv is not permitted here";
+  const size_t bytes = 1 << 20;
+  std::vector<uint8_t> out(bytes), in(bytes);
+  transport::testing::fillPattern(out.data(), bytes, 4, 0);
+  Transfer s{out.data(), bytes}, r{in.data(), bytes};
+  ASSERT_TRUE(p.a->postSend(&s).isOk());
+  ASSERT_TRUE(p.a->progress().isOk());
+  EXPECT_FALSE(s.done) << "the buffer is read by the receiver later";
+  EXPECT_EQ(p.a->singleCopySends(), 1u);
+  ASSERT_TRUE(p.b->postRecv(&r).isOk());
+  ASSERT_TRUE(p.b->progress().isOk());
+  EXPECT_TRUE(r.done);
+  ASSERT_TRUE(p.a->progress().isOk());
+  EXPECT_TRUE(s.done);
+  EXPECT_EQ(s.progressed, bytes);
+  EXPECT_TRUE(transport::testing::checkPattern(in.data(), bytes, 4, 0));
+}
+
+TEST(Shm, UnreadableSendBufferIsAnError) {
+  Pair p = pairOrDie(smallFifo(65536), smallFifo(65536));
+  ASSERT_TRUE(p.a && p.b);
+  if (!p.a->peerCanPull()) GTEST_SKIP() << "process_vm_readv is not permitted here";
+  const size_t bytes = 1 << 20;
+  void* mem = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(mem, MAP_FAILED);
+  std::vector<uint8_t> in(bytes);
+  Transfer s{mem, bytes}, r{in.data(), bytes};
+  ASSERT_TRUE(p.a->postSend(&s).isOk());
+  ASSERT_TRUE(p.a->progress().isOk());
+  ASSERT_EQ(::munmap(mem, bytes), 0);  // breaks the contract on purpose
+  ASSERT_TRUE(p.b->postRecv(&r).isOk());
+  Status err = p.b->progress();
+  EXPECT_EQ(err.code(), Code::kRemoteError);
+  EXPECT_NE(err.message().find("not readable"), std::string::npos) << err.message();
+  EXPECT_FALSE(r.done);
+}
+
+TEST(Shm, SendsBeforeThePeerAttachedAreDelivered) {
+  auto a = ShmConnection::create(1, smallFifo(65536));
+  auto b = ShmConnection::create(0, smallFifo(65536));
+  ASSERT_TRUE(a.isOk() && b.isOk());
+  ASSERT_TRUE((*a)->attach((*b)->local()).isOk());
+  EXPECT_FALSE((*a)->peerCanPull()) << "b has not probed yet";
+  const std::vector<size_t> sizes = {0, 5, 100000};
+  std::vector<std::vector<uint8_t>> out(sizes.size()), in(sizes.size());
+  std::vector<Transfer> s(sizes.size()), r(sizes.size());
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    out[i].resize(sizes[i] + 1);
+    in[i].resize(sizes[i] + 1);
+    transport::testing::fillPattern(out[i].data(), sizes[i], 6, uint32_t(i));
+    s[i] = Transfer{out[i].data(), sizes[i]};
+    ASSERT_TRUE((*a)->postSend(&s[i]).isOk());
+  }
+  ASSERT_TRUE((*a)->progress().isOk());
+  ASSERT_TRUE((*b)->attach((*a)->local()).isOk());
+  std::vector<Transfer*> all;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    r[i] = Transfer{in[i].data(), sizes[i]};
+    ASSERT_TRUE((*b)->postRecv(&r[i]).isOk());
+    all.push_back(&r[i]);
+  }
+  std::thread ta([&] {
+    std::vector<Transfer*> sends;
+    for (auto& t : s) sends.push_back(&t);
+    EXPECT_TRUE(transport::testing::waitAll(**a, sends, Deadline::afterSeconds(30)).isOk());
+  });
+  Status st = transport::testing::waitAll(**b, all, Deadline::afterSeconds(30));
+  ta.join();
+  ASSERT_TRUE(st.isOk()) << st.toString();
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    EXPECT_TRUE(transport::testing::checkPattern(in[i].data(), sizes[i], 6, uint32_t(i)));
+  }
+  EXPECT_EQ((*a)->singleCopySends(), 0u);
+}
+
+TEST(Shm, BlockingPingPongThreadsIsNotPacedByTimeouts) {
+  Pair p = pairOrDie(Options{}, Options{});
+  ASSERT_TRUE(p.a && p.b);
+  const int rounds = 1000;
+  Deadline d = Deadline::afterSeconds(120);
+  auto t0 = std::chrono::steady_clock::now();
+  Status sb;
+  std::thread tb([&] { sb = testing::pingPong(*p.b, false, 8, rounds, true, d); });
+  Status sa = testing::pingPong(*p.a, true, 8, rounds, true, d);
+  tb.join();
+  double secs = secondsSince(t0);
+  ASSERT_TRUE(sa.isOk()) << sa.toString();
+  ASSERT_TRUE(sb.isOk()) << sb.toString();
+  std::printf("1000 blocking ping-pongs between threads: %.3f s\n", secs);
+  // A lost wake-up costs a 50 ms poll timeout; 1000 of them would take 50 s.
+  EXPECT_LT(secs, 25.0);
+  EXPECT_GT(p.a->wakeupsSent() + p.b->wakeupsSent(), 0u);
+}
+
+TEST(Shm, NothingInDevShm) {
+  auto before = testing::devShmEntries();
+  {
+    Pair p = pairOrDie(smallFifo(65536), smallFifo(65536));
+    ASSERT_TRUE(p.a && p.b);
+    exchangeBothWays(p, 1);
+    EXPECT_EQ(testing::devShmEntries(), before);
+    EXPECT_FALSE(testing::usesDevShm());
+  }
+  EXPECT_EQ(testing::devShmEntries(), before);
+  EXPECT_FALSE(testing::usesDevShm());
+}
+
+}  // namespace
+}  // namespace loom::transport::shm
