@@ -72,6 +72,29 @@ constexpr Spec kTable[] = {
      "64 KiB) unless LOOM_CHUNK_BYTES is set."},
     {"LOOM_CHUNK_BYTES", T::kInt, "0", "TUNING",
      "Pipeline chunk size in bytes for host collectives; 0 = chosen from NCCL_BUFFSIZE."},
+    {"NCCL_SHM_DISABLE", T::kBool, "0", "SHM",
+     "1: never use shared memory between ranks of one host; they talk over TCP instead."},
+    {"LOOM_SHM_FIFO_BYTES", T::kInt, "2097152", "SHM",
+     "Bytes of each shared-memory inbox FIFO (one per peer rank on the same host), split into 8 "
+     "slots; messages bigger than a slot span several. 32768 .. 1073741824."},
+    {"LOOM_SHM_SINGLE_COPY_MIN", T::kInt, "0", "SHM",
+     "Smallest message (bytes) the shared-memory transport sends single-copy (the receiver reads "
+     "the sender's buffer with process_vm_readv); 0 = never, everything is copied through the "
+     "FIFO. Off by default: on the VMs we measured, process_vm_readv ran at a fraction of memcpy "
+     "speed. Falls back to the FIFO by itself where ptrace rules forbid it."},
+
+    // Host reduction kernels (kernels/)
+    {"LOOM_CPU_ISA", T::kString, "auto", "INIT",
+     "Instruction set of the host reduce/copy kernels: auto (the best the CPU has), avx512, avx2 "
+     "or scalar. Asking for one the CPU lacks logs a warning and uses the best available one. "
+     "Results are bit-identical at every level; only speed differs."},
+    {"LOOM_CPU_STREAMING_BYTES", T::kInt, "8388608", "TUNING",
+     "Host reduce/copy calls whose destination is at least this many bytes write it with "
+     "non-temporal (cache-bypassing) stores; 0 = never. Pays off only for data larger than the "
+     "caches."},
+    {"LOOM_ACCUMULATE", T::kString, "native", "COLL",
+     "Sums of half, bfloat16 and fp8: native rounds to the element type after every addition "
+     "(as NCCL does); fp32 adds all sources of one reduction step in float and rounds once."},
 };
 
 std::mutex gMutex;

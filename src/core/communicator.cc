@@ -12,8 +12,6 @@
 #include "core/root.h"
 #include "core/scalar.h"
 #include "topology/host_id.h"
-#include "transport/loopback/connection.h"
-#include "transport/tcp/connection.h"
 
 namespace loom::core {
 namespace {
@@ -60,6 +58,7 @@ CommOptions CommOptions::fromSettings() {
   o.sliceBytes = size_t(std::max<int64_t>(chunk, 4096));
   o.timeoutS = double(cfg->getInt("LOOM_TIMEOUT_S"));
   o.initTimeoutS = double(std::max<int64_t>(cfg->getInt("LOOM_INIT_TIMEOUT_S"), 1));
+  o.shmEnabled = !cfg->getBool("NCCL_SHM_DISABLE");
   return o;
 }
 
@@ -252,53 +251,33 @@ Status Communicator::connectStep(const std::vector<int>& peers, bool* ready) {
   *ready = true;
   for (int p : peers) {
     if (connPtrs_[size_t(p)]) continue;
-    bool pending = false;
-    LOOM_ASSIGN_OR_RETURN(auto conn, makeConnection(p, &pending));
-    if (pending) {
+    auto& link = links_[p];
+    if (!link) {
+      LinkOptions lo;
+      lo.socketsPerPeer = options_.socketsPerPeer;
+      lo.stripeMin = options_.stripeMin;
+      lo.shmEnabled = options_.shmEnabled;
+      lo.connectTimeoutS = options_.initTimeoutS;
+      link = std::make_unique<PeerLink>(rank_, p, lo);
+    }
+    bool linkReady = false;
+    {
+      std::lock_guard<std::mutex> lock(listenMutex_);
+      Status s = link->advance(*bootstrap_, &abort_, &linkReady);
+      if (!s.isOk()) return s.addContext("connecting to " + describePeer(p));
+    }
+    if (!linkReady) {
       *ready = false;
       continue;
     }
+    auto conn = link->take();
+    links_.erase(p);
     LOOM_INFO(log::kInit, "%s: connection to %s via %s", describe().c_str(), describePeer(p).c_str(),
               conn->kind());
     connPtrs_[size_t(p)] = conn.get();
     conns_[size_t(p)] = std::move(conn);
   }
   return Status::ok();
-}
-
-Result<std::unique_ptr<transport::Connection>> Communicator::makeConnection(int peer, bool* pending) {
-  using transport::Connection;
-  if (peer == rank_) return std::unique_ptr<Connection>(new transport::loopback::LoopbackConnection(rank_));
-  const int nsock = options_.socketsPerPeer;
-  std::vector<net::UniqueFd> sockets;
-  if (rank_ < peer) {
-    Deadline d = Deadline::afterSeconds(options_.initTimeoutS);
-    for (int i = 0; i < nsock; ++i) {
-      std::lock_guard<std::mutex> lock(listenMutex_);
-      LOOM_ASSIGN_OR_RETURN(auto fd, bootstrap_->connectPeer(peer, wire::HelloKind::kData, 0, uint32_t(i),
-                                                             uint32_t(nsock), nullptr, 0, d, &abort_));
-      sockets.push_back(std::move(fd));
-    }
-  } else {
-    std::lock_guard<std::mutex> lock(listenMutex_);
-    bootstrap_->service();
-    auto& partial = partialSockets_[peer];
-    int expected = 0;
-    for (;;) {
-      auto fd = bootstrap_->take(wire::HelloKind::kData, peer, 0, uint32_t(partial.size()));
-      if (!fd) break;
-      partial.push_back(std::move(*fd));
-    }
-    expected = bootstrap_->socketCount(peer);
-    if (partial.empty() || expected == 0 || int(partial.size()) < expected) {
-      *pending = true;
-      return std::unique_ptr<Connection>();
-    }
-    sockets = std::move(partial);
-    partialSockets_.erase(peer);
-  }
-  return std::unique_ptr<Connection>(
-      new transport::tcp::TcpConnection(peer, std::move(sockets), options_.stripeMin));
 }
 
 Status Communicator::connectAll(const std::vector<int>& peers, Deadline deadline) {

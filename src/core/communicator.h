@@ -23,6 +23,7 @@
 #include "core/executor.h"
 #include "core/mode.h"
 #include "core/op.h"
+#include "core/peer_link.h"
 #include "transport/connection.h"
 
 namespace loom::core {
@@ -37,6 +38,7 @@ struct CommOptions {
   size_t sliceBytes = 512 * 1024;
   double timeoutS = 1800;
   double initTimeoutS = 300;
+  bool shmEnabled = true;  // NCCL_SHM_DISABLE=0
   // Filled from the settings; the API layer then applies ncclConfig_t.
   static CommOptions fromSettings();
 };
@@ -112,7 +114,6 @@ class Communicator {
   enum class State { kInitializing, kReady, kFailed };
   Status initCommon(const net::SocketAddress* reach);
   Status finishInit();
-  Result<std::unique_ptr<transport::Connection>> makeConnection(int peer, bool* pending);
 
   struct UserOp {
     bool live = false;
@@ -135,7 +136,7 @@ class Communicator {
   net::UniqueFd wakeFd_;
   std::thread initThread_;
   std::mutex listenMutex_;  // guards the bootstrap listener state
-  std::map<int, std::vector<net::UniqueFd>> partialSockets_;  // data sockets still arriving
+  std::map<int, std::unique_ptr<PeerLink>> links_;  // connections being set up
   std::mutex opMutex_;
   Scratch scratch_;
   uint64_t seq_ = 0;

@@ -1,0 +1,192 @@
+#include "core/peer_link.h"
+
+#include <cstring>
+
+#include "common/log.h"
+#include "core/mode.h"
+#include "transport/loopback/connection.h"
+#include "transport/shm/connection.h"
+#include "transport/tcp/connection.h"
+
+namespace loom::core {
+namespace {
+
+using transport::Connection;
+constexpr uint32_t kOfferMagic = 0x7266664f;    // "Offr"
+constexpr uint32_t kVerdictMagic = 0x74636556;  // "Vect"
+
+// The registry: transports that can replace TCP for a pair, in order of
+// preference. Each decides from facts both sides know (their RankInfos) and
+// its own settings; the offer exchange makes the outcome mutual.
+struct UpgradeEntry {
+  const char* name;
+  bool (*applies)(const wire::RankInfo& self, const wire::RankInfo& peer, const LinkOptions& o);
+  // Creates this side's half; writes the descriptor the peer needs.
+  Result<std::unique_ptr<Connection>> (*create)(int peer, uint8_t* desc, uint32_t* length);
+  Status (*attach)(Connection* conn, const uint8_t* desc, uint32_t length);
+};
+
+bool shmApplies(const wire::RankInfo& self, const wire::RankInfo& peer, const LinkOptions& o) {
+  return o.shmEnabled && self.hostHash == peer.hostHash && self.mode == uint32_t(Mode::kHost) &&
+         peer.mode == uint32_t(Mode::kHost);
+}
+
+Result<std::unique_ptr<Connection>> shmCreate(int peer, uint8_t* desc, uint32_t* length) {
+  using transport::shm::ShmConnection;
+  LOOM_ASSIGN_OR_RETURN(auto conn, ShmConnection::create(peer, ShmConnection::Options::fromSettings()));
+  static_assert(sizeof(transport::shm::ShmDescriptor) <= 128);
+  std::memcpy(desc, &conn->local(), sizeof(transport::shm::ShmDescriptor));
+  *length = sizeof(transport::shm::ShmDescriptor);
+  return std::unique_ptr<Connection>(std::move(conn));
+}
+
+Status shmAttach(Connection* conn, const uint8_t* desc, uint32_t length) {
+  transport::shm::ShmDescriptor d;
+  if (length != sizeof d) return remoteError("the peer sent a shared-memory descriptor of the wrong size");
+  std::memcpy(&d, desc, sizeof d);
+  return static_cast<transport::shm::ShmConnection*>(conn)->attach(d);
+}
+
+constexpr UpgradeEntry kRegistry[] = {
+    {"shm", shmApplies, shmCreate, shmAttach},
+};
+
+}  // namespace
+
+PeerLink::PeerLink(int self, int peer, const LinkOptions& options)
+    : self_(self), peer_(peer), options_(options) {}
+
+std::unique_ptr<Connection> PeerLink::take() { return std::move(result_); }
+
+Status PeerLink::advance(Bootstrap& bootstrap, const std::atomic<bool>* abort, bool* ready) {
+  *ready = false;
+  switch (phase_) {
+    case Phase::kTcp: {
+      if (peer_ == self_) {
+        result_ = std::make_unique<transport::loopback::LoopbackConnection>(self_);
+        phase_ = Phase::kReady;
+        break;
+      }
+      bool done = false;
+      LOOM_TRY(startTcp(bootstrap, abort, &done));
+      if (!done) return Status::ok();
+      startUpgrade(bootstrap);
+      if (phase_ != Phase::kReady) return Status::ok();
+      break;
+    }
+    case Phase::kOffer:
+      LOOM_TRY(tcp_->progress());
+      if (!sendOffer_.done || !recvOffer_.done) return Status::ok();
+      LOOM_TRY(finishOffer());
+      return Status::ok();
+    case Phase::kVerdict:
+      LOOM_TRY(tcp_->progress());
+      if (!sendVerdict_.done || !recvVerdict_.done) return Status::ok();
+      LOOM_TRY(finishVerdict());
+      break;
+    case Phase::kReady:
+      break;
+  }
+  *ready = phase_ == Phase::kReady;
+  return Status::ok();
+}
+
+// The lower rank connects all sockets; the higher one collects them from
+// its listener as they arrive.
+Status PeerLink::startTcp(Bootstrap& bootstrap, const std::atomic<bool>* abort, bool* done) {
+  const int nsock = options_.socketsPerPeer;
+  if (self_ < peer_) {
+    Deadline d = Deadline::afterSeconds(options_.connectTimeoutS);
+    for (int i = 0; i < nsock; ++i) {
+      LOOM_ASSIGN_OR_RETURN(auto fd, bootstrap.connectPeer(peer_, wire::HelloKind::kData, 0, uint32_t(i),
+                                                           uint32_t(nsock), nullptr, 0, d, abort));
+      sockets_.push_back(std::move(fd));
+    }
+  } else {
+    bootstrap.service();
+    while (auto fd = bootstrap.take(wire::HelloKind::kData, peer_, 0, uint32_t(sockets_.size()))) {
+      sockets_.push_back(std::move(*fd));
+    }
+    const int expected = bootstrap.socketCount(peer_);
+    if (expected == 0 || int(sockets_.size()) < expected) return Status::ok();
+  }
+  tcp_ = std::make_unique<transport::tcp::TcpConnection>(peer_, std::move(sockets_), options_.stripeMin);
+  *done = true;
+  return Status::ok();
+}
+
+void PeerLink::startUpgrade(Bootstrap& bootstrap) {
+  const auto& me = bootstrap.peer(self_);
+  const auto& them = bootstrap.peer(peer_);
+  upgradeIndex_ = -1;
+  for (size_t i = 0; i < std::size(kRegistry); ++i) {
+    if (kRegistry[i].applies(me, them, options_)) {
+      upgradeIndex_ = int(i);
+      break;
+    }
+  }
+  if (upgradeIndex_ < 0) {
+    result_ = std::move(tcp_);
+    phase_ = Phase::kReady;
+    return;
+  }
+  const UpgradeEntry& entry = kRegistry[upgradeIndex_];
+  mine_ = Offer{kOfferMagic, uint32_t(upgradeIndex_), 1, 0, {}};
+  auto conn = entry.create(peer_, mine_.descriptor.data(), &mine_.length);
+  if (conn.isOk()) {
+    upgraded_ = std::move(conn.value());
+  } else {
+    mine_.ok = 0;
+    LOOM_WARN("rank %d: %s transport to rank %d unavailable, using tcp: %s", self_, entry.name, peer_,
+              conn.status().message().c_str());
+  }
+  sendOffer_ = transport::Transfer{&mine_, sizeof mine_};
+  recvOffer_ = transport::Transfer{&theirs_, sizeof theirs_};
+  Status s = tcp_->postSend(&sendOffer_);
+  if (s.isOk()) s = tcp_->postRecv(&recvOffer_);
+  if (s.isOk()) s = tcp_->progress();
+  s.ignore();  // a failure shows again, sticky, at the next progress()
+  phase_ = Phase::kOffer;
+}
+
+Status PeerLink::finishOffer() {
+  if (theirs_.magic != kOfferMagic || theirs_.transport != mine_.transport ||
+      theirs_.length > theirs_.descriptor.size()) {
+    return remoteError("rank " + std::to_string(peer_) +
+                       " answered the transport negotiation with an unexpected message "
+                       "(different loom versions or settings?)");
+  }
+  myVerdict_ = Verdict{kVerdictMagic, 0};
+  if (mine_.ok && theirs_.ok && upgraded_) {
+    Status s = kRegistry[upgradeIndex_].attach(upgraded_.get(), theirs_.descriptor.data(), theirs_.length);
+    if (s.isOk()) {
+      myVerdict_.ok = 1;
+    } else {
+      LOOM_INFO(log::kInit, "rank %d: cannot attach %s to rank %d, using tcp: %s", self_,
+                kRegistry[upgradeIndex_].name, peer_, s.message().c_str());
+    }
+  }
+  sendVerdict_ = transport::Transfer{&myVerdict_, sizeof myVerdict_};
+  recvVerdict_ = transport::Transfer{&theirVerdict_, sizeof theirVerdict_};
+  LOOM_TRY(tcp_->postSend(&sendVerdict_));
+  LOOM_TRY(tcp_->postRecv(&recvVerdict_));
+  phase_ = Phase::kVerdict;
+  return tcp_->progress();
+}
+
+Status PeerLink::finishVerdict() {
+  if (theirVerdict_.magic != kVerdictMagic) {
+    return remoteError("rank " + std::to_string(peer_) + " sent a bad transport verdict");
+  }
+  if (myVerdict_.ok && theirVerdict_.ok) {
+    result_ = std::move(upgraded_);
+    tcp_.reset();  // both sides have read everything: closing sends no reset
+  } else {
+    result_ = std::move(tcp_);
+    upgraded_.reset();
+  }
+  phase_ = Phase::kReady;
+  return Status::ok();
+}
+
+}  // namespace loom::core

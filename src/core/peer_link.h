@@ -1,0 +1,73 @@
+// PeerLink: how this rank gets a data connection to one peer, and the
+// transport registry that picks the transport for the pair.
+//
+// Every pair first connects over TCP (the lower rank connects to the higher
+// rank's listener; the sockets prove the secret). Then the registry's
+// ordered table is consulted: the first transport that applies to the pair
+// (same process rank: loopback; same host, host buffers: shm; else: tcp)
+// may "upgrade" the link: both sides create their half, exchange a
+// descriptor over the TCP connection, attach, and exchange a verdict; only
+// when both sides succeeded is the new transport used, otherwise both keep
+// TCP. The whole setup is a non-blocking state machine (advance()), so one
+// thread can set up the links of several communicators at once.
+#pragma once
+
+#include <array>
+#include <memory>
+
+#include "common/status.h"
+#include "core/bootstrap.h"
+#include "transport/connection.h"
+
+namespace loom::core {
+
+struct LinkOptions {
+  int socketsPerPeer = 2;
+  size_t stripeMin = 64 * 1024;
+  bool shmEnabled = true;
+  double connectTimeoutS = 300;
+};
+
+class PeerLink {
+ public:
+  PeerLink(int self, int peer, const LinkOptions& options);
+
+  // One non-blocking step; *ready once the connection is established.
+  Status advance(Bootstrap& bootstrap, const std::atomic<bool>* abort, bool* ready);
+  // The connection, once ready (ownership moves to the caller).
+  std::unique_ptr<transport::Connection> take();
+
+ private:
+  enum class Phase { kTcp, kOffer, kVerdict, kReady };
+  // Fixed-size messages exchanged over TCP while upgrading.
+  struct Offer {
+    uint32_t magic;
+    uint32_t transport;  // registry index of the proposed transport
+    uint32_t ok;         // 0: this side cannot use it
+    uint32_t length;
+    std::array<uint8_t, 128> descriptor;
+  };
+  struct Verdict {
+    uint32_t magic;
+    uint32_t ok;
+  };
+
+  Status startTcp(Bootstrap& bootstrap, const std::atomic<bool>* abort, bool* done);
+  void startUpgrade(Bootstrap& bootstrap);
+  Status finishOffer();
+  Status finishVerdict();
+
+  int self_, peer_;
+  LinkOptions options_;
+  Phase phase_ = Phase::kTcp;
+  std::vector<net::UniqueFd> sockets_;  // accepted so far (higher rank side)
+  std::unique_ptr<transport::Connection> tcp_;
+  std::unique_ptr<transport::Connection> upgraded_;
+  std::unique_ptr<transport::Connection> result_;
+  Offer mine_{}, theirs_{};
+  Verdict myVerdict_{}, theirVerdict_{};
+  transport::Transfer sendOffer_, recvOffer_, sendVerdict_, recvVerdict_;
+  int upgradeIndex_ = -1;  // registry entry being tried
+};
+
+}  // namespace loom::core
