@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""Side-by-side AllReduce: loom's all_reduce_perf against Open MPI's MPI_Allreduce.
+
+Runs the two alternately (A B A B ..., --rounds rounds) on the same sizes and
+rank counts, float sum, both timed the nccl-tests way, and prints per size
+the median ratio loom/MPI of bus bandwidth and of time, in-place against
+in-place and out-of-place against out-of-place. Ratios > 1 for busbw (and
+< 1 for time) mean loom is faster.
+
+  bench/compare_openmpi.py --build build --ranks 2,4 -b 1M -e 256M --rounds 3
+
+Needs Debian's openmpi-bin and libopenmpi-dev (installed with apt-get when
+run as root and missing). Open MPI runs with its shared-memory transport
+(btl vader + self), as root with --allow-run-as-root --oversubscribe.
+"""
+import argparse
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+\S+\s+\S+\s+-?\d+\s+(\S+)\s+(\S+)\s+(\S+)\s+\S+\s+(\S+)\s+(\S+)\s+(\S+)\s+\S+\s*$")
+MPI_ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s*$")
+
+
+def ensure_mpi():
+    if shutil.which("mpicc") and shutil.which("mpirun"):
+        return
+    if os.geteuid() != 0:
+        sys.exit("compare_openmpi: mpicc/mpirun missing; install openmpi-bin and libopenmpi-dev")
+    subprocess.run(["apt-get", "update", "-qq"], check=True)
+    subprocess.run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", "openmpi-bin",
+                    "libopenmpi-dev"], check=True, env=dict(os.environ, DEBIAN_FRONTEND="noninteractive"))
+
+
+def build_mpi(build):
+    exe = os.path.join(build, "bin", "mpi_allreduce_perf")
+    src = os.path.join(HERE, "mpi", "mpi_allreduce_perf.c")
+    if not os.path.exists(exe) or os.path.getmtime(exe) < os.path.getmtime(src):
+        subprocess.run(["mpicc", "-O2", "-o", exe, src], check=True)
+    return exe
+
+
+def parse(text, pattern):
+    rows = {}
+    for line in text.splitlines():
+        if line.startswith("#"):
+            continue
+        m = pattern.match(line)
+        if m:
+            size = int(m.group(1))
+            vals = [float(x) for x in m.group(3, 4, 5, 6, 7, 8)]
+            rows[size] = {"oop_us": vals[0], "oop_bus": vals[2], "ip_us": vals[3], "ip_bus": vals[5]}
+    return rows
+
+
+def run(cmd, env=None):
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
+    if p.returncode != 0:
+        sys.exit("compare_openmpi: command failed (%d): %s\n%s%s" % (p.returncode, " ".join(cmd), p.stdout, p.stderr))
+    return p.stdout
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", default=os.path.join(HERE, "..", "build"))
+    ap.add_argument("--ranks", default="2,4")
+    ap.add_argument("-b", default="1M")
+    ap.add_argument("-e", default="256M")
+    ap.add_argument("-n", default="20", help="timed iterations per size")
+    ap.add_argument("-w", default="2", help="warm-up iterations per size")
+    ap.add_argument("--rounds", type=int, default=3)
+    args = ap.parse_args()
+    build = os.path.abspath(args.build)
+    ensure_mpi()
+    mpi_exe = build_mpi(build)
+    loomrun = os.path.join(build, "bin", "loomrun")
+    perf = os.path.join(build, "bin", "all_reduce_perf")
+    mpi_env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    for n in [int(x) for x in args.ranks.split(",")]:
+        loom_runs, mpi_runs = [], []
+        for r in range(args.rounds):
+            loom_runs.append(parse(run([loomrun, "-n", str(n), perf, "-b", args.b, "-e", args.e, "-f", "2",
+                                        "-n", args.n, "-w", args.w, "-c", "1"]), ROW))
+            mpi_runs.append(parse(run(["mpirun", "--oversubscribe", "--allow-run-as-root", "-np", str(n),
+                                       "--mca", "btl", "self,vader", "--mca", "pml", "ob1",
+                                       mpi_exe, "-b", args.b, "-e", args.e, "-f", "2", "-n", args.n,
+                                       "-w", args.w], env=mpi_env), MPI_ROW))
+        print("\n# %d ranks, float sum, %d rounds (A B alternating); medians; ratio = loom / Open MPI" % (n, args.rounds))
+        print("#%11s  %9s %9s %7s %7s  %9s %9s %7s %7s" % ("size(B)", "loom oop", "mpi oop", "busbw", "time",
+                                                         "loom ip", "mpi ip", "busbw", "time"))
+        for size in sorted(loom_runs[0]):
+            if not all(size in x for x in loom_runs + mpi_runs):
+                continue
+            med = lambda runs, key: statistics.median(x[size][key] for x in runs)
+            ratio = lambda a, b: statistics.median(la[size][a] / mb[size][a] for la, mb in zip(loom_runs, mpi_runs)
+                                                   if mb[size][a] > 0)
+            print("%12d  %9.2f %9.2f %7.2f %7.2f  %9.2f %9.2f %7.2f %7.2f" % (
+                size, med(loom_runs, "oop_bus"), med(mpi_runs, "oop_bus"), ratio("oop_bus", None),
+                ratio("oop_us", None), med(loom_runs, "ip_bus"), med(mpi_runs, "ip_bus"),
+                ratio("ip_bus", None), ratio("ip_us", None)))
+
+
+if __name__ == "__main__":
+    main()
