@@ -1,0 +1,378 @@
+// Communicator features through the public API (ranks as threads unless
+// said otherwise): non-blocking init, grouped init and collectives driven
+// from one thread, ncclCommInitRankScalable, ncclCommSplit, finalize and
+// destroy, queries, ncclMemAlloc/Free, registration, premulsum scalars that
+// change after the op is created, ncclBcast, ncclGroupSimulateEnd, and the
+// calls loom does not support yet.
+#include <gtest/gtest.h>
+#include <nccl.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <numeric>
+#include <thread>
+#include <vector>
+
+#include "mp_util.h"
+
+namespace loom::test {
+namespace {
+
+constexpr double kEndsWithinS = 30;  // "does not hang", not a speed bound
+
+std::vector<ncclComm_t> initAll(int n) {
+  std::vector<ncclComm_t> comms(size_t(n), nullptr);
+  EXPECT_EQ(ncclCommInitAll(comms.data(), n, nullptr), ncclSuccess) << ncclGetLastError(nullptr);
+  return comms;
+}
+
+void destroyAll(std::vector<ncclComm_t>& comms) {
+  for (auto& c : comms) {
+    if (c) {
+      EXPECT_EQ(ncclCommDestroy(c), ncclSuccess) << ncclGetLastError(c);
+    }
+    c = nullptr;
+  }
+}
+
+// Every rank contributes base + rank at each element; checks the sum.
+void allReduceAndCheck(const std::vector<ncclComm_t>& comms, size_t count = 4099) {
+  const int n = int(comms.size());
+  std::vector<std::vector<float>> in(static_cast<size_t>(n)), out(static_cast<size_t>(n));
+  onRanks(n, [&](int r) {
+    in[size_t(r)].resize(count);
+    out[size_t(r)].assign(count, -1.0f);
+    for (size_t i = 0; i < count; ++i) in[size_t(r)][i] = float(i % 100 + size_t(r));
+    EXPECT_EQ(ncclAllReduce(in[size_t(r)].data(), out[size_t(r)].data(), count, ncclFloat32, ncclSum,
+                            comms[size_t(r)], nullptr),
+              ncclSuccess)
+        << ncclGetLastError(comms[size_t(r)]);
+  });
+  for (int r = 0; r < n; ++r)
+    for (size_t i = 0; i < count; ++i) {
+      const float want = float(n * int(i % 100) + n * (n - 1) / 2);
+      ASSERT_EQ(out[size_t(r)][i], want) << "rank " << r << " element " << i;
+    }
+}
+
+TEST(CommFeatures, NonBlockingInitReportsInProgressUntilThePeerJoins) {
+  ncclUniqueId id;
+  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  ncclComm_t c0 = nullptr, c1 = nullptr;
+  ASSERT_EQ(ncclCommInitRankConfig(&c0, 2, id, 0, &config), ncclInProgress) << ncclGetLastError(nullptr);
+  ASSERT_NE(c0, nullptr);
+  ncclResult_t async = ncclSuccess;
+  ASSERT_EQ(ncclCommGetAsyncError(c0, &async), ncclSuccess);
+  EXPECT_EQ(async, ncclInProgress);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  ASSERT_EQ(ncclCommGetAsyncError(c0, &async), ncclSuccess);
+  EXPECT_EQ(async, ncclInProgress) << "init finished although rank 1 has not joined";
+  std::thread peer([&] { EXPECT_EQ(ncclCommInitRank(&c1, 2, id, 1), ncclSuccess) << ncclGetLastError(nullptr); });
+  const auto start = std::chrono::steady_clock::now();
+  do {
+    ASSERT_EQ(ncclCommGetAsyncError(c0, &async), ncclSuccess);
+    if (async == ncclInProgress) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  } while (async == ncclInProgress && secondsSince(start) < kEndsWithinS);
+  peer.join();
+  ASSERT_EQ(async, ncclSuccess) << ncclGetLastError(c0);
+  std::vector<ncclComm_t> comms{c0, c1};
+  allReduceAndCheck(comms);
+  destroyAll(comms);
+}
+
+TEST(CommFeatures, GroupedInitAndCollectivesFromOneThread) {
+  const int n = 4;
+  ncclUniqueId id;
+  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+  std::vector<ncclComm_t> comms(size_t(n), nullptr);
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  for (int r = 0; r < n; ++r) ASSERT_EQ(ncclCommInitRank(&comms[size_t(r)], n, id, r), ncclSuccess);
+  ASSERT_EQ(ncclGroupEnd(), ncclSuccess) << ncclGetLastError(nullptr);
+  // One group: an AllReduce, a Broadcast and a Send/Recv ring per rank.
+  const size_t count = 1031;
+  std::vector<std::vector<int32_t>> a(static_cast<size_t>(n)), b(a), bc(a), ring(a);
+  for (int r = 0; r < n; ++r) {
+    a[size_t(r)].assign(count, r + 1);
+    b[size_t(r)].assign(count, -1);
+    bc[size_t(r)].assign(count, r == 2 ? 42 : -7);
+    ring[size_t(r)].assign(count, -1);
+  }
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  for (int r = 0; r < n; ++r) {
+    ncclComm_t c = comms[size_t(r)];
+    ASSERT_EQ(ncclAllReduce(a[size_t(r)].data(), b[size_t(r)].data(), count, ncclInt32, ncclSum, c, nullptr), ncclSuccess);
+    ASSERT_EQ(ncclBroadcast(bc[size_t(r)].data(), bc[size_t(r)].data(), count, ncclInt32, 2, c, nullptr), ncclSuccess);
+    ASSERT_EQ(ncclSend(a[size_t(r)].data(), count, ncclInt32, (r + 1) % n, c, nullptr), ncclSuccess);
+    ASSERT_EQ(ncclRecv(ring[size_t(r)].data(), count, ncclInt32, (r + n - 1) % n, c, nullptr), ncclSuccess);
+  }
+  ASSERT_EQ(ncclGroupEnd(), ncclSuccess) << ncclGetLastError(nullptr);
+  for (int r = 0; r < n; ++r) {
+    for (size_t i = 0; i < count; ++i) {
+      ASSERT_EQ(b[size_t(r)][i], n * (n + 1) / 2) << "AllReduce rank " << r;
+      ASSERT_EQ(bc[size_t(r)][i], 42) << "Broadcast rank " << r;
+      ASSERT_EQ(ring[size_t(r)][i], (r + n - 1) % n + 1) << "Send/Recv rank " << r;
+    }
+  }
+  destroyAll(comms);
+}
+
+TEST(CommFeatures, InitRankScalableWithSeveralIds) {
+  const int n = 3;
+  ncclUniqueId ids[2];
+  ASSERT_EQ(ncclGetUniqueId(&ids[0]), ncclSuccess);
+  ASSERT_EQ(ncclGetUniqueId(&ids[1]), ncclSuccess);
+  std::vector<ncclComm_t> comms(size_t(n), nullptr);
+  onRanks(n, [&](int r) {
+    EXPECT_EQ(ncclCommInitRankScalable(&comms[size_t(r)], n, r, 2, ids, nullptr), ncclSuccess)
+        << ncclGetLastError(nullptr);
+  });
+  for (auto c : comms) ASSERT_NE(c, nullptr);
+  allReduceAndCheck(comms);
+  destroyAll(comms);
+}
+
+TEST(CommFeatures, SplitByColorWithReversedKeysAndNoColor) {
+  const int n = 5;
+  std::vector<ncclComm_t> parents = initAll(n);
+  std::vector<ncclComm_t> kids(size_t(n), nullptr);
+  onRanks(n, [&](int r) {
+    const int color = r == 4 ? NCCL_SPLIT_NOCOLOR : r % 2;
+    EXPECT_EQ(ncclCommSplit(parents[size_t(r)], color, -r, &kids[size_t(r)], nullptr), ncclSuccess)
+        << ncclGetLastError(nullptr);
+  });
+  EXPECT_EQ(kids[4], nullptr) << "NCCL_SPLIT_NOCOLOR must give NULL";
+  // Keys -r reverse the order: even {0, 2} -> child ranks {1, 0}; odd {1, 3} -> {1, 0}.
+  const int wantRank[4] = {1, 1, 0, 0};
+  for (int r = 0; r < 4; ++r) {
+    ASSERT_NE(kids[size_t(r)], nullptr);
+    int count = 0, rank = -1;
+    EXPECT_EQ(ncclCommCount(kids[size_t(r)], &count), ncclSuccess);
+    EXPECT_EQ(ncclCommUserRank(kids[size_t(r)], &rank), ncclSuccess);
+    EXPECT_EQ(count, 2) << "parent rank " << r;
+    EXPECT_EQ(rank, wantRank[r]) << "parent rank " << r;
+  }
+  // AllGather of parent ranks shows membership and order.
+  std::vector<std::vector<int32_t>> got(4, std::vector<int32_t>(2, -1));
+  onRanks(4, [&](int r) {
+    int32_t me = r;
+    EXPECT_EQ(ncclAllGather(&me, got[size_t(r)].data(), 1, ncclInt32, kids[size_t(r)], nullptr), ncclSuccess)
+        << ncclGetLastError(kids[size_t(r)]);
+  });
+  for (int r = 0; r < 4; ++r) {
+    const std::vector<int32_t> want = r % 2 == 0 ? std::vector<int32_t>{2, 0} : std::vector<int32_t>{3, 1};
+    EXPECT_EQ(got[size_t(r)], want) << "parent rank " << r;
+  }
+  // The parent still works, and a second split with equal keys keeps the parent order.
+  allReduceAndCheck(parents);
+  std::vector<ncclComm_t> same(size_t(n), nullptr);
+  onRanks(n, [&](int r) {
+    EXPECT_EQ(ncclCommSplit(parents[size_t(r)], 7, 0, &same[size_t(r)], nullptr), ncclSuccess);
+  });
+  for (int r = 0; r < n; ++r) {
+    int rank = -1;
+    EXPECT_EQ(ncclCommUserRank(same[size_t(r)], &rank), ncclSuccess);
+    EXPECT_EQ(rank, r);
+  }
+  allReduceAndCheck(same);
+  destroyAll(same);
+  destroyAll(kids);
+  destroyAll(parents);
+}
+
+TEST(CommFeatures, FinalizeThenDestroy) {
+  std::vector<ncclComm_t> comms = initAll(3);
+  allReduceAndCheck(comms);
+  onRanks(3, [&](int r) { EXPECT_EQ(ncclCommFinalize(comms[size_t(r)]), ncclSuccess) << ncclGetLastError(nullptr); });
+  destroyAll(comms);
+  EXPECT_EQ(ncclCommDestroy(nullptr), ncclSuccess);  // NULL is a no-op
+}
+
+TEST(CommFeatures, Queries) {
+  std::vector<ncclComm_t> comms = initAll(3);
+  for (int r = 0; r < 3; ++r) {
+    int count = 0, rank = -5, device = 7;
+    EXPECT_EQ(ncclCommCount(comms[size_t(r)], &count), ncclSuccess);
+    EXPECT_EQ(ncclCommUserRank(comms[size_t(r)], &rank), ncclSuccess);
+    EXPECT_EQ(ncclCommCuDevice(comms[size_t(r)], &device), ncclSuccess);
+    EXPECT_EQ(count, 3);
+    EXPECT_EQ(rank, r);
+    EXPECT_EQ(device, -1) << "host mode has no CUDA device";
+    ncclResult_t async = ncclInternalError;
+    EXPECT_EQ(ncclCommGetAsyncError(comms[size_t(r)], &async), ncclSuccess);
+    EXPECT_EQ(async, ncclSuccess);
+  }
+  int version = 0;
+  EXPECT_EQ(ncclGetVersion(&version), ncclSuccess);
+  EXPECT_EQ(version, NCCL_VERSION_CODE);
+  destroyAll(comms);
+}
+
+TEST(CommFeatures, MemAllocAndFree) {
+  void* p = nullptr;
+  ASSERT_EQ(ncclMemAlloc(&p, 1 << 20), ncclSuccess) << ncclGetLastError(nullptr);
+  ASSERT_NE(p, nullptr);
+  std::memset(p, 0xab, 1 << 20);  // usable host memory in host mode
+  std::vector<ncclComm_t> comms = initAll(2);
+  // ncclMemAlloc buffers in a collective.
+  void* q = nullptr;
+  ASSERT_EQ(ncclMemAlloc(&q, 1 << 20), ncclSuccess);
+  onRanks(2, [&](int r) {
+    void* buf = r == 0 ? p : q;
+    for (int i = 0; i < 1024; ++i) static_cast<float*>(buf)[i] = float(r + 1);
+    EXPECT_EQ(ncclAllReduce(buf, buf, 1024, ncclFloat32, ncclSum, comms[size_t(r)], nullptr), ncclSuccess);
+  });
+  EXPECT_EQ(static_cast<float*>(p)[1023], 3.0f);
+  EXPECT_EQ(static_cast<float*>(q)[0], 3.0f);
+  EXPECT_EQ(ncclMemFree(p), ncclSuccess);
+  EXPECT_EQ(ncclMemFree(q), ncclSuccess);
+  EXPECT_EQ(ncclMemFree(p), ncclInvalidArgument) << "double free must be refused";
+  int onStack = 0;
+  EXPECT_EQ(ncclMemFree(&onStack), ncclInvalidArgument);
+  EXPECT_NE(std::string(ncclGetLastError(nullptr)).find("ncclMemFree"), std::string::npos);
+  EXPECT_EQ(ncclMemFree(nullptr), ncclSuccess);
+  destroyAll(comms);
+}
+
+TEST(CommFeatures, RegisterAndDeregister) {
+  std::vector<ncclComm_t> comms = initAll(2);
+  std::vector<std::vector<float>> bufs(2, std::vector<float>(4096, 1.0f));
+  void* handles[2] = {nullptr, nullptr};
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_EQ(ncclCommRegister(comms[size_t(r)], bufs[size_t(r)].data(), 4096 * sizeof(float), &handles[r]),
+              ncclSuccess)
+        << ncclGetLastError(nullptr);
+    EXPECT_NE(handles[r], nullptr);
+  }
+  onRanks(2, [&](int r) {
+    EXPECT_EQ(ncclAllReduce(bufs[size_t(r)].data(), bufs[size_t(r)].data(), 4096, ncclFloat32, ncclSum,
+                            comms[size_t(r)], nullptr),
+              ncclSuccess);
+  });
+  EXPECT_EQ(bufs[0][4095], 2.0f);
+  EXPECT_EQ(ncclCommDeregister(comms[1], handles[0]), ncclInvalidArgument) << "handle of another communicator";
+  EXPECT_EQ(ncclCommDeregister(comms[0], handles[0]), ncclSuccess);
+  EXPECT_EQ(ncclCommDeregister(comms[0], handles[0]), ncclInvalidArgument) << "deregistered twice";
+  EXPECT_EQ(ncclCommDeregister(comms[1], handles[1]), ncclSuccess);
+  destroyAll(comms);
+}
+
+// ncclScalarDevice: the scalar is read when the collective runs, so a value
+// written after ncclRedOpCreatePreMulSum must be used; ncclScalarHostImmediate
+// keeps the value it had at creation.
+TEST(CommFeatures, PreMulSumScalarResidence) {
+  const int n = 2;
+  std::vector<ncclComm_t> comms = initAll(n);
+  float devScalar[2] = {1.0f, 1.0f};
+  double hostScalar[2] = {2.0, 2.0};
+  ncclRedOp_t devOp[2], hostOp[2];
+  for (int r = 0; r < n; ++r) {
+    ASSERT_EQ(ncclRedOpCreatePreMulSum(&devOp[r], &devScalar[r], ncclFloat32, ncclScalarDevice, comms[size_t(r)]),
+              ncclSuccess)
+        << ncclGetLastError(nullptr);
+    ASSERT_EQ(ncclRedOpCreatePreMulSum(&hostOp[r], &hostScalar[r], ncclFloat64, ncclScalarHostImmediate,
+                                       comms[size_t(r)]),
+              ncclSuccess);
+    EXPECT_GE(int(devOp[r]), int(ncclNumOps));
+  }
+  auto runF = [&](float* expect) {
+    onRanks(n, [&](int r) {
+      std::vector<float> x(257, 1.0f), y(257, 0.0f);
+      EXPECT_EQ(ncclAllReduce(x.data(), y.data(), x.size(), ncclFloat32, devOp[r], comms[size_t(r)], nullptr),
+                ncclSuccess)
+          << ncclGetLastError(nullptr);
+      expect[r] = y[256];
+    });
+  };
+  float got[2];
+  devScalar[0] = 3.0f;  // changed after the op was created
+  devScalar[1] = 5.0f;
+  runF(got);
+  EXPECT_EQ(got[0], 8.0f) << "the device-resident scalar was not read at run time";
+  EXPECT_EQ(got[1], 8.0f);
+  devScalar[0] = -1.0f;
+  devScalar[1] = 0.5f;
+  runF(got);
+  EXPECT_EQ(got[0], -0.5f);
+  hostScalar[0] = hostScalar[1] = 7.0;  // must not matter
+  onRanks(n, [&](int r) {
+    std::vector<double> x(99, 1.5), y(99, 0.0);
+    EXPECT_EQ(ncclAllReduce(x.data(), y.data(), x.size(), ncclFloat64, hostOp[r], comms[size_t(r)], nullptr),
+              ncclSuccess);
+    EXPECT_EQ(y[98], 6.0) << "the host-immediate scalar must be the value at creation (2.0)";
+  });
+  for (int r = 0; r < n; ++r) {
+    EXPECT_EQ(ncclRedOpDestroy(devOp[r], comms[size_t(r)]), ncclSuccess);
+    EXPECT_EQ(ncclRedOpDestroy(hostOp[r], comms[size_t(r)]), ncclSuccess);
+    EXPECT_EQ(ncclRedOpDestroy(devOp[r], comms[size_t(r)]), ncclInvalidArgument) << "destroyed twice";
+    EXPECT_EQ(ncclRedOpDestroy(ncclSum, comms[size_t(r)]), ncclInvalidArgument) << "built-in op";
+  }
+  // Every rank using the destroyed op fails at once (no rank waits).
+  onRanks(n, [&](int r) {
+    float x = 1, y = 0;
+    EXPECT_EQ(ncclAllReduce(&x, &y, 1, ncclFloat32, devOp[r], comms[size_t(r)], nullptr), ncclInvalidArgument);
+  });
+  allReduceAndCheck(comms);
+  destroyAll(comms);
+}
+
+TEST(CommFeatures, Bcast) {
+  const int n = 3, root = 1;
+  std::vector<ncclComm_t> comms = initAll(n);
+  std::vector<std::vector<uint16_t>> bufs(static_cast<size_t>(n));
+  onRanks(n, [&](int r) {
+    bufs[size_t(r)].resize(5000);
+    for (size_t i = 0; i < 5000; ++i) bufs[size_t(r)][i] = uint16_t(r == root ? i * 7 : 0xdead);
+    EXPECT_EQ(ncclBcast(bufs[size_t(r)].data(), 5000, ncclFloat16, root, comms[size_t(r)], nullptr), ncclSuccess);
+  });
+  for (int r = 0; r < n; ++r)
+    for (size_t i = 0; i < 5000; ++i) ASSERT_EQ(bufs[size_t(r)][i], uint16_t(i * 7)) << "rank " << r;
+  destroyAll(comms);
+}
+
+TEST(CommFeatures, GroupSimulateEndEstimatesWithoutRunning) {
+  std::vector<ncclComm_t> comms = initAll(2);
+  std::vector<float> a(1 << 20, 1.0f), b(1 << 20, -3.0f), c(1 << 20, 1.0f), d(1 << 20, -3.0f);
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  ASSERT_EQ(ncclAllReduce(a.data(), b.data(), a.size(), ncclFloat32, ncclSum, comms[0], nullptr), ncclSuccess);
+  ASSERT_EQ(ncclAllReduce(c.data(), d.data(), c.size(), ncclFloat32, ncclSum, comms[1], nullptr), ncclSuccess);
+  ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER;
+  ASSERT_EQ(ncclGroupSimulateEnd(&sim), ncclSuccess) << ncclGetLastError(nullptr);
+  EXPECT_GT(sim.estimatedTime, 0.0f);
+  EXPECT_EQ(b[0], -3.0f) << "simulated work must not run";
+  EXPECT_EQ(d[12345], -3.0f);
+  allReduceAndCheck(comms);  // the communicators are still usable
+  destroyAll(comms);
+}
+
+TEST(CommFeatures, UnsupportedCallsSayInvalidUsage) {
+  std::vector<ncclComm_t> comms = initAll(1);
+  ncclComm_t child = nullptr;
+  int exclude[1] = {0};
+  auto expectUsage = [](ncclResult_t rc, const char* func) {
+    EXPECT_EQ(rc, ncclInvalidUsage) << func;
+    const std::string msg = ncclGetLastError(nullptr);
+    EXPECT_NE(msg.find(func), std::string::npos) << msg;
+    EXPECT_NE(msg.find("not supported"), std::string::npos) << msg;
+  };
+  expectUsage(ncclCommShrink(comms[0], exclude, 0, &child, nullptr, NCCL_SHRINK_DEFAULT), "ncclCommShrink");
+  EXPECT_EQ(child, nullptr);
+  expectUsage(ncclCommRevoke(comms[0], NCCL_REVOKE_DEFAULT), "ncclCommRevoke");
+  std::vector<char> buf(8192);
+  ncclWindow_t win = nullptr;
+  expectUsage(ncclCommWindowRegister(comms[0], buf.data(), buf.size(), &win, NCCL_WIN_DEFAULT),
+              "ncclCommWindowRegister");
+  expectUsage(ncclCommWindowDeregister(comms[0], win), "ncclCommWindowDeregister");
+  allReduceAndCheck(comms);  // nothing was broken
+  destroyAll(comms);
+}
+
+}  // namespace
+}  // namespace loom::test
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}

@@ -1,0 +1,177 @@
+// Failures end, never hang.
+//
+//  - A rank killed with SIGKILL in the middle of a loop of collectives: every
+//    survivor, neighbour or not, returns ncclRemoteError within a generous
+//    bound and its ncclGetLastError names the lost rank (by its number: the
+//    TCP path's messages carry no pid), over shared memory and over TCP.
+//  - A rank that never joins: init fails after LOOM_INIT_TIMEOUT_S, naming
+//    the missing rank.
+//  - A peer that never calls an AllReduce: LOOM_TIMEOUT_S ends it, naming
+//    the rank waited for.
+//  - ncclCommAbort from another thread wakes a rank blocked in AllReduce.
+// After each test no child process may be left.
+//
+// The time bounds asserted here (30 s) are far above what these paths need
+// (well under a second to a few seconds); they only tell "ends" from
+// "hangs", not fast from slow.
+#include <gtest/gtest.h>
+#include <nccl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <random>
+#include <regex>
+#include <thread>
+#include <tuple>
+
+#include "mp_util.h"
+
+namespace loom::test {
+namespace {
+
+const char* const kRankBinary = LOOM_MP_RANK_PATH;
+constexpr double kEndsWithinS = 30;
+
+std::string freshSecret() {
+  std::random_device rd;
+  return "mp-" + std::to_string(rd()) + "-" + std::to_string(rd());
+}
+
+// "rank 2" as a whole word (not "rank 21").
+bool namesRank(const std::string& text, int rank) {
+  return std::regex_search(text, std::regex("rank " + std::to_string(rank) + "([^0-9]|$)"));
+}
+
+class FailureTest : public ::testing::Test {
+ protected:
+  void TearDown() override {
+    kids_.clear();
+    EXPECT_TRUE(childrenOf(getpid()).empty()) << "child processes were left behind";
+  }
+  ChildProcess& spawn(const std::vector<std::string>& args, const std::vector<std::string>& env) {
+    auto child = ChildProcess::start(kRankBinary, args, env);
+    if (!child) std::abort();
+    kids_.push_back(std::move(child));
+    return *kids_.back();
+  }
+  std::vector<std::string> commEnv(const std::vector<std::string>& extra = {}) {
+    std::vector<std::string> env = {"NCCL_COMM_ID=127.0.0.1:" + std::to_string(port_),
+                                    "LOOM_COMM_SECRET=" + secret_};
+    env.insert(env.end(), extra.begin(), extra.end());
+    return env;
+  }
+  int port_ = freeLoopbackPort();
+  std::string secret_ = freshSecret();
+  std::vector<std::unique_ptr<ChildProcess>> kids_;
+};
+
+// (nranks, transport): "shm" is the default on one host; "tcp" disables
+// shared memory so the sockets path is tested too.
+class KillRank : public FailureTest, public ::testing::WithParamInterface<std::tuple<int, std::string>> {};
+
+TEST_P(KillRank, EverySurvivorGetsRemoteErrorNamingTheLostRank) {
+  const int n = std::get<0>(GetParam());
+  const bool tcp = std::get<1>(GetParam()) == "tcp";
+  std::random_device rd;
+  const unsigned seed = rd();
+  const int victim = int(seed % unsigned(n));
+  const int killStep = int((seed >> 8) % 25);
+  SCOPED_TRACE("nranks " + std::to_string(n) + ", rank " + std::to_string(victim) + " killed before step " +
+               std::to_string(killStep) + " (seed " + std::to_string(seed) + ")");
+  for (int r = 0; r < n; ++r) {
+    spawn({"loop", "rank=" + std::to_string(r), "nranks=" + std::to_string(n), "victim=" + std::to_string(victim),
+           "kill_step=" + std::to_string(killStep), "count=8192", "limit_s=90"},
+          commEnv({tcp ? "NCCL_SHM_DISABLE=1" : "NCCL_SHM_DISABLE=0"}));
+  }
+  ChildProcess& dead = *kids_[size_t(victim)];
+  ASSERT_TRUE(dead.wait(60)) << "the victim did not reach its kill step:\n" << dead.output();
+  ASSERT_EQ(dead.status(), -SIGKILL) << dead.output();
+  const std::string victimPid = std::to_string(dead.pid());
+  for (int r = 0; r < n; ++r) {
+    if (r == victim) continue;
+    ChildProcess& k = *kids_[size_t(r)];
+    ASSERT_TRUE(k.wait(kEndsWithinS)) << "rank " << r << " still running " << kEndsWithinS
+                                      << " s after rank " << victim << " died:\n" << k.output();
+    const std::string out = k.output();
+    EXPECT_EQ(k.status(), 0) << "rank " << r << ":\n" << out;
+    EXPECT_EQ(resultField(out, "code"), std::to_string(int(ncclRemoteError))) << "rank " << r << ":\n" << out;
+    const std::string error = resultField(out, "error");
+    EXPECT_TRUE(namesRank(error, victim))
+        << "rank " << r << "'s ncclGetLastError does not name the lost rank " << victim << " (pid " << victimPid
+        << "): " << error;
+    EXPECT_NE(out.find("ABORTED"), std::string::npos) << "rank " << r << ": ncclCommAbort did not return:\n" << out;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, KillRank, ::testing::Combine(::testing::Values(3, 5), ::testing::Values("shm", "tcp")),
+                         [](const ::testing::TestParamInfo<KillRank::ParamType>& info) {
+                           return "n" + std::to_string(std::get<0>(info.param)) + "_" + std::get<1>(info.param);
+                         });
+
+// Ranks 0 and 1 of 3 start; rank 2 never does.
+TEST_F(FailureTest, MissingRankEndsInitAfterInitTimeout) {
+  for (int r = 0; r < 2; ++r)
+    spawn({"init", "rank=" + std::to_string(r), "nranks=3"}, commEnv({"LOOM_INIT_TIMEOUT_S=3"}));
+  for (int r = 0; r < 2; ++r) {
+    ChildProcess& k = *kids_[size_t(r)];
+    ASSERT_TRUE(k.wait(kEndsWithinS)) << "rank " << r << " init did not end:\n" << k.output();
+    const std::string out = k.output();
+    const std::string code = resultField(out, "code");
+    EXPECT_TRUE(code != "" && code != "0") << "rank " << r << ":\n" << out;
+    const std::string error = resultField(out, "error");
+    EXPECT_NE(error.find("missing ranks: 2"), std::string::npos) << "rank " << r << ": " << error;
+  }
+}
+
+// Rank 1 sleeps instead of joining the AllReduce; rank 0 gives up after
+// LOOM_TIMEOUT_S=2 and says it waits for rank 1.
+TEST_F(FailureTest, OperationTimeoutNamesTheRankWaitedFor) {
+  for (int r = 0; r < 2; ++r)
+    spawn({"skip", "rank=" + std::to_string(r), "nranks=2", "skipper=1", "sleep=4"}, commEnv({"LOOM_TIMEOUT_S=2"}));
+  ChildProcess& waiter = *kids_[0];
+  ASSERT_TRUE(waiter.wait(kEndsWithinS)) << waiter.output();
+  const std::string out = waiter.output();
+  EXPECT_EQ(waiter.status(), 0) << out;
+  EXPECT_EQ(resultField(out, "code"), std::to_string(int(ncclRemoteError))) << out;
+  const std::string error = resultField(out, "error");
+  EXPECT_TRUE(namesRank(error, 1)) << error;
+  EXPECT_NE(error.find("LOOM_TIMEOUT_S"), std::string::npos) << error;
+  EXPECT_GE(std::stod("0" + resultField(out, "seconds")), 1.0) << "gave up before the timeout: " << out;
+  ChildProcess& sleeper = *kids_[1];
+  ASSERT_TRUE(sleeper.wait(kEndsWithinS)) << sleeper.output();
+  EXPECT_EQ(sleeper.status(), 0) << sleeper.output();
+}
+
+// Rank 0 (a thread) is blocked in an AllReduce that rank 1 never joins;
+// ncclCommAbort from another thread must make it return.
+TEST_F(FailureTest, AbortFromAnotherThreadWakesABlockedAllReduce) {
+  ncclComm_t comms[2] = {nullptr, nullptr};
+  ASSERT_EQ(ncclCommInitAll(comms, 2, nullptr), ncclSuccess) << ncclGetLastError(nullptr);
+  std::vector<float> x(1 << 16, 1.0f), y(1 << 16);
+  std::atomic<bool> returned{false};
+  ncclResult_t rc = ncclSuccess;
+  auto start = std::chrono::steady_clock::now();
+  std::thread blocked([&] {
+    rc = ncclAllReduce(x.data(), y.data(), x.size(), ncclFloat32, ncclSum, comms[0], nullptr);
+    returned = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  EXPECT_FALSE(returned.load()) << "the AllReduce returned although its peer never called it";
+  const auto abortStart = std::chrono::steady_clock::now();
+  EXPECT_EQ(ncclCommAbort(comms[0]), ncclSuccess) << ncclGetLastError(nullptr);
+  const double abortS = secondsSince(abortStart);
+  blocked.join();
+  EXPECT_NE(rc, ncclSuccess);
+  EXPECT_LT(abortS, kEndsWithinS);
+  EXPECT_LT(secondsSince(start), kEndsWithinS);
+  EXPECT_EQ(ncclCommAbort(comms[1]), ncclSuccess) << ncclGetLastError(nullptr);
+}
+
+}  // namespace
+}  // namespace loom::test
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}

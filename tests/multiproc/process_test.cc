@@ -1,0 +1,125 @@
+// The public API with real processes: each rank is a loom_mp_rank process
+// started with fork + exec, meeting through NCCL_COMM_ID=127.0.0.1:<port>
+// (with a fresh LOOM_COMM_SECRET) or through a unique id made here and
+// passed on the command line. Each rank checks its own results bit for bit
+// (the same case builder as the thread matrix) and reports a RESULT line.
+#include <gtest/gtest.h>
+#include <nccl.h>
+#include <unistd.h>
+
+#include <random>
+#include <tuple>
+
+#include "mp_util.h"
+
+namespace loom::test {
+namespace {
+
+const char* const kRankBinary = LOOM_MP_RANK_PATH;
+
+std::string freshSecret() {
+  std::random_device rd;
+  return "mp-" + std::to_string(rd()) + "-" + std::to_string(rd());
+}
+
+class ProcessTest : public ::testing::Test {
+ protected:
+  void TearDown() override {
+    kids_.clear();  // kills and reaps anything still running
+    EXPECT_TRUE(childrenOf(getpid()).empty()) << "child processes were left behind";
+  }
+
+  ChildProcess& spawn(const std::vector<std::string>& args, const std::vector<std::string>& env) {
+    auto child = ChildProcess::start(kRankBinary, args, env);
+    EXPECT_NE(child, nullptr) << "cannot start " << kRankBinary;
+    if (!child) std::abort();
+    kids_.push_back(std::move(child));
+    return *kids_.back();
+  }
+
+  // Waits for every child; each must exit 0 with RESULT code=0.
+  void expectAllSucceed(double timeoutS) {
+    for (size_t i = 0; i < kids_.size(); ++i) {
+      ChildProcess& k = *kids_[i];
+      const bool exited = k.wait(timeoutS);
+      EXPECT_TRUE(exited) << "process " << i << " still running after " << timeoutS << " s:\n" << k.output();
+      if (!exited) continue;
+      EXPECT_EQ(k.status(), 0) << "process " << i << " output:\n" << k.output();
+      EXPECT_EQ(resultField(k.output(), "code"), "0") << "process " << i << " output:\n" << k.output();
+    }
+  }
+
+  std::vector<std::unique_ptr<ChildProcess>> kids_;
+};
+
+// (nranks, transport): loom's default between processes of one host
+// (shared memory), or TCP with NCCL_SHM_DISABLE=1.
+class ProcessRanks : public ProcessTest, public ::testing::WithParamInterface<std::tuple<int, std::string>> {};
+
+// float sum AllReduce (in and out of place, 1031 and 1 Mi elements),
+// AllGather, Broadcast from the last rank, ReduceScatter, AlltoAll, Send/Recv
+// ring and all pairs, bfloat16 avg, Reduce, Gather, Scatter.
+TEST_P(ProcessRanks, RepresentativeCollectivesThroughCommId) {
+  const int n = std::get<0>(GetParam());
+  const bool tcp = std::get<1>(GetParam()) == "tcp";
+  const int port = freeLoopbackPort();
+  ASSERT_GT(port, 0);
+  const std::vector<std::string> env = {"NCCL_COMM_ID=127.0.0.1:" + std::to_string(port),
+                                        "LOOM_COMM_SECRET=" + freshSecret(), "LOOM_TIMEOUT_S=60",
+                                        tcp ? "NCCL_SHM_DISABLE=1" : "NCCL_SHM_DISABLE=0"};
+  for (int r = 0; r < n; ++r)
+    spawn({"suite", "rank=" + std::to_string(r), "nranks=" + std::to_string(n)}, env);
+  expectAllSucceed(100);
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, ProcessRanks,
+                         ::testing::Combine(::testing::Values(1, 2, 3, 4, 5, 8), ::testing::Values("default", "tcp")),
+                         [](const ::testing::TestParamInfo<ProcessRanks::ParamType>& info) {
+                           const std::string& t = std::get<1>(info.param);
+                           return "n" + std::to_string(std::get<0>(info.param)) + (t == "tcp" ? "_tcp" : "");
+                         });
+
+// The unique id made by this process (whose rendezvous root then runs
+// here), handed to the ranks on their command lines.
+TEST_F(ProcessTest, UniqueIdFromParent) {
+  ncclUniqueId id;
+  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess) << ncclGetLastError(nullptr);
+  const int n = 3;
+  for (int r = 0; r < n; ++r)
+    spawn({"suite", "rank=" + std::to_string(r), "nranks=" + std::to_string(n), "id=" + idToHex(id)},
+          {"LOOM_TIMEOUT_S=60"});
+  expectAllSucceed(100);
+}
+
+// LOOM_DEVICE=host on one rank and the default (auto: host on this
+// machine) on the other agree.
+TEST_F(ProcessTest, DeviceHostAndAutoAgree) {
+  const int port = freeLoopbackPort();
+  const std::string secret = freshSecret();
+  const std::string commId = "NCCL_COMM_ID=127.0.0.1:" + std::to_string(port);
+  spawn({"init", "rank=0", "nranks=2"}, {commId, "LOOM_COMM_SECRET=" + secret, "LOOM_DEVICE=host"});
+  spawn({"init", "rank=1", "nranks=2"}, {commId, "LOOM_COMM_SECRET=" + secret});
+  expectAllSucceed(60);
+}
+
+// This build has no CUDA path: asking for it must fail init with a message
+// that says so, not crash or hang.
+TEST_F(ProcessTest, DeviceCudaFailsClearly) {
+  ChildProcess& k = spawn({"init", "rank=0", "nranks=1"}, {"LOOM_DEVICE=cuda"});
+  ASSERT_TRUE(k.wait(60)) << k.output();
+  const std::string out = k.output();
+  EXPECT_EQ(k.status(), 0) << out;  // the helper ran to the end
+  const std::string code = resultField(out, "code");
+  EXPECT_NE(code, "0") << out;
+  EXPECT_NE(code, "") << out;
+  const std::string error = resultField(out, "error");
+  EXPECT_TRUE(error.find("cuda") != std::string::npos || error.find("CUDA") != std::string::npos) << error;
+}
+
+}  // namespace
+}  // namespace loom::test
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}
