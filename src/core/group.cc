@@ -28,6 +28,8 @@ constexpr int kSpinRounds = 64;
 constexpr int kYieldRounds = 32;
 constexpr int kBlockMs = 50;
 constexpr double kLivenessPeriodS = 1.0;
+constexpr int kNoticeGraceMs = 250;  // see Engine::preferPeerReport
+constexpr const char* kAbortHint = "The other ranks are told to abort";
 
 bool isPointToPoint(OpKind k) {
   return k == OpKind::kSend || k == OpKind::kRecv || k == OpKind::kAllToAll ||
@@ -220,15 +222,37 @@ class Engine {
     ::poll(fds.data(), fds.size(), kBlockMs);
   }
 
+  // A peer that failed first sends every rank a notice naming the cause
+  // (typically the rank that died) and then closes its connections. The
+  // closed connection can be seen here before the notice has been read,
+  // which would blame the messenger; so on a remote error give the notice a
+  // short, bounded time to arrive and prefer it.
+  static Status preferPeerReport(Communicator* comm, const Status& s) {
+    const Deadline grace = Deadline::afterMs(kNoticeGraceMs);
+    for (;;) {
+      comm->pollNotices();
+      Status known = comm->asyncError();
+      if (!known.isOk() && known.code() != Code::kInProgress) {
+        if (known.message() == s.message()) return s;  // s came from the notice already
+        return Status(known.code(), known.message() + " (seen here as: " + s.message() + ")");
+      }
+      if (grace.expired()) return s;
+      pollfd fd{comm->bootstrap().listenFd(), POLLIN, 0};
+      ::poll(&fd, 1, 10);
+    }
+  }
+
   // The first failure ends the group: the failing communicator tells its
   // peers; the others of the group are left mid-operation, so they fail too.
   Status failAll(CommRun& failed, Status s) {
     Communicator* comm = failed.comm;
+    if (s.code() == Code::kRemoteError && !comm->aborted()) s = preferPeerReport(comm, s);
     const std::string name = failed.done() ? "group" : failed.tasks[failed.current].name;
+    const bool hinted = s.message().find(kAbortHint) != std::string::npos;  // relayed from a peer
     Status full(s.code(), comm->describe() + ": " + name + " failed: " + s.message() +
-                              (s.code() == Code::kRemoteError
-                                   ? ". The other ranks are told to abort; set NCCL_DEBUG=INFO on the "
-                                     "rank named above to see why."
+                              (s.code() == Code::kRemoteError && !hinted
+                                   ? std::string(". ") + kAbortHint +
+                                         "; set NCCL_DEBUG=INFO on the rank named above to see why."
                                    : ""));
     LOOM_WARN("%s", full.toString().c_str());
     comm->fail(full, !comm->aborted());

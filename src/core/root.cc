@@ -151,10 +151,10 @@ class Root {
     std::vector<wire::RankInfo> table(static_cast<size_t>(nranks_));
     for (auto& [rank, j] : joined_) table[size_t(rank)] = j.info;
     wire::Reply reply{wire::kReplyMagic, 0, uint32_t(table.size() * sizeof(wire::RankInfo)), 0};
-    for (auto& [rank, j] : joined_) {
+    for (auto [rank, j] : answerOrder()) {
       Deadline d = Deadline::afterSeconds(30);
-      Status s = net::sendAll(j.fd.get(), &reply, sizeof reply, d, nullptr);
-      if (s.isOk()) s = net::sendAll(j.fd.get(), table.data(), reply.length, d, nullptr);
+      Status s = net::sendAll(j->fd.get(), &reply, sizeof reply, d, nullptr);
+      if (s.isOk()) s = net::sendAll(j->fd.get(), table.data(), reply.length, d, nullptr);
       if (!s.isOk()) LOOM_WARN("bootstrap root: could not answer rank %d: %s", rank, s.message().c_str());
     }
   }
@@ -175,7 +175,22 @@ class Root {
 
   void failAll(const std::string& message) {
     LOOM_WARN("bootstrap root: %s", message.c_str());
-    for (auto& [rank, j] : joined_) sendFailure(j.fd.get(), message);
+    for (auto [rank, j] : answerOrder()) sendFailure(j->fd.get(), message);
+  }
+
+  // Who is answered first. This thread lives in one rank's process (rank 0
+  // with NCCL_COMM_ID, or the caller of ncclGetUniqueId); once that rank
+  // has its answer its process may exit - on an init failure it usually
+  // does - and take this thread with it before the others are answered. So
+  // ranks of other processes come first, ranks of this process last.
+  std::vector<std::pair<int, Joined*>> answerOrder() {
+    const uint32_t self = uint32_t(getpid());
+    std::vector<std::pair<int, Joined*>> order;
+    for (auto& [rank, j] : joined_)
+      if (j.info.pid != self) order.emplace_back(rank, &j);
+    for (auto& [rank, j] : joined_)
+      if (j.info.pid == self) order.emplace_back(rank, &j);
+    return order;
   }
 
   static void sendFailure(int fd, const std::string& message) {
