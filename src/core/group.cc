@@ -249,7 +249,10 @@ class Engine {
     if (s.code() == Code::kRemoteError && !comm->aborted()) s = preferPeerReport(comm, s);
     const std::string name = failed.done() ? "group" : failed.tasks[failed.current].name;
     const bool hinted = s.message().find(kAbortHint) != std::string::npos;  // relayed from a peer
-    Status full(s.code(), comm->describe() + ": " + name + " failed: " + s.message() +
+    const std::string waiting = s.code() == Code::kRemoteError && !failed.done()
+                                    ? " [peers involved: " + waitingList(failed) + "]"
+                                    : "";
+    Status full(s.code(), comm->describe() + ": " + name + " failed: " + s.message() + waiting +
                               (s.code() == Code::kRemoteError && !hinted
                                    ? std::string(". ") + kAbortHint +
                                          "; set NCCL_DEBUG=INFO on the rank named above to see why."

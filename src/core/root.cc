@@ -113,6 +113,9 @@ class Root {
     if (h.secret[0] != options_.secret[0] || h.secret[1] != options_.secret[1]) {
       LOOM_WARN("bootstrap root: refused a connection with a wrong secret (claims rank %u); "
                 "check that all ranks use the same unique id / LOOM_COMM_SECRET", h.fromRank);
+      // Tell it why: a misconfigured rank learns the fix, a stranger learns nothing new.
+      sendFailure(p.fd.get(), "the rendezvous refused this rank: wrong secret; give every rank the "
+                              "same unique id (or the same LOOM_COMM_SECRET with NCCL_COMM_ID)");
       return false;
     }
     return true;
