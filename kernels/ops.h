@@ -40,8 +40,9 @@
 // Reduction's argument and copied into loops/kernels.
 //
 // Accumulation precision: each op rounds to the element type, exactly like
-// NCCL. Arith<T>::Compute names the type to keep a running value in if a
-// later "fp32 accumulation" option keeps partial sums in float instead.
+// NCCL. The optional fp32 accumulation (Accumulation::kFloat32 in reduce.h,
+// LOOM_ACCUMULATE=fp32) keeps the running sum of half/bfloat16/fp8 values in
+// Arith<T>::Compute (float) instead; kernels/chain.h defines both chains.
 #pragma once
 
 #include <cstdint>

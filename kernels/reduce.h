@@ -2,14 +2,42 @@
 //
 // Thread safety: pure functions of their arguments; any number of threads may
 // call them at once on disjoint destinations.
+//
+// The functions without a CpuKernelConfig run with defaultCpuKernelConfig()
+// (kernels/cpu/cpu_isa.h): the best instruction set the CPU has (or
+// LOOM_CPU_ISA), streaming stores from LOOM_CPU_STREAMING_BYTES. Every
+// instruction-set level gives bit-identical results, with one freedom shared
+// with IEEE 754 and NCCL: a NaN result is a NaN at every level, but when two
+// NaNs meet in an arithmetic op, which one's payload and sign come out may
+// differ between levels (compilers order the operands of + and * freely,
+// and F16C quiets signalling NaNs when widening).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/cpu/cpu_isa.h"
 #include "kernels/datatype.h"
 
 namespace loom::kernels {
+
+// How sums of half, bfloat16 and fp8 values are accumulated.
+//  - kElementType: round to the element type after every step (NCCL's
+//    behaviour; see "Details of the contract" below).
+//  - kFloat32: within one reduce() call, every source is widened to float,
+//    the pre-multiply (kPreMulSum) is done in float, the sources are added
+//    left to right in float (each add rounds to float), the kSumPostDiv
+//    division is done in float, and the result is rounded to the element
+//    type once. Applies to kSum, kPreMulSum and kSumPostDiv on kFloat16,
+//    kBfloat16, kFloat8e4m3 and kFloat8e5m2; other types and ops ignore it.
+//    With two sources and no pre/post step both modes give the same bits.
+//    Note the scope: the rounding happens once per call, so in a collective
+//    whose partial results travel between ranks in the element type (ring,
+//    tree) the result is still rounded once per step of the algorithm.
+//  - kDefault: kFloat32 when the setting LOOM_ACCUMULATE is "fp32", else
+//    kElementType (read once per process). All ranks of a communicator must
+//    use the same setting for results to be reproducible.
+enum class Accumulation : uint8_t { kDefault, kElementType, kFloat32 };
 
 struct Reduction {
   DataType type;
@@ -18,6 +46,7 @@ struct Reduction {
   uint64_t scalar = 0;
   // kSumPostDiv: the divisor (nranks).
   uint64_t divisor = 1;
+  Accumulation accumulation = Accumulation::kDefault;
 };
 
 // dst[i] = post( partials[0][i] (+) ... (+) partials[npartials-1][i] (+) pre(local[i]) )
@@ -29,16 +58,31 @@ struct Reduction {
 //  - Sources are combined strictly left to right as written above, rounding
 //    to `type` after every step (kernels/ops.h documents each op's rounding,
 //    NaN and overflow rules), so results are deterministic for a given order.
+//    (Accumulation::kFloat32 instead rounds sums of the narrow float types
+//    once, see above.)
 //  - No alignment is required of any pointer.
 //  - With no source at all (npartials == 0 and local == null) nothing is
 //    written. A divisor of 0 is treated as 1.
 //  - A single source with no pre/post step is copied bit for bit (no
 //    conversion, so NaN payloads and fp8 infinities survive it).
+//  - All sources are read in one pass: each element of dst is written once,
+//    with no intermediate copy of the data through memory.
 void reduce(const Reduction& r, void* dst, const void* const* partials, int npartials,
             const void* local, size_t count, bool applyPost);
+// The same on an explicitly chosen configuration (tests, benchmarks). A level
+// the CPU lacks is lowered to the best one it has.
+void reduce(const CpuKernelConfig& config, const Reduction& r, void* dst, const void* const* partials,
+            int npartials, const void* local, size_t count, bool applyPost);
 
 // memcpy-like copy used by the engine. Overlapping ranges are allowed (it
 // behaves as memmove); dst == src is a no-op.
 void copy(void* dst, const void* src, size_t bytes);
+void copy(const CpuKernelConfig& config, void* dst, const void* src, size_t bytes);
+
+// Copies src to every one of dsts[0..ndsts-1], reading src once. A
+// destination equal to src is skipped; otherwise destinations must not
+// overlap src or each other. No alignment is required.
+void copyToMany(void* const* dsts, int ndsts, const void* src, size_t bytes);
+void copyToMany(const CpuKernelConfig& config, void* const* dsts, int ndsts, const void* src, size_t bytes);
 
 }  // namespace loom::kernels

@@ -4,6 +4,8 @@
 //    premulsum over all pairs for several scalars, sumpostdiv for all values.
 //  - half, bfloat16: all 65,536 values against a fixed set of second operands
 //    (zeros, infinities, NaNs, subnormals, extremes, random).
+// Every test runs at each instruction-set level the CPU has (others are
+// skipped with a message); the basic fp8 ops also with streaming stores.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -14,10 +16,14 @@
 
 #include "kernels/reduce.h"
 #include "kernels/types.h"
+#include "isa_levels.h"
 #include "reference.h"
 
 namespace loom::kernels {
 namespace {
+
+using test::AtLevel;
+using test::configFor;
 
 template <typename T>
 struct Narrow;
@@ -50,15 +56,16 @@ uint32_t bitsOf(T x) {
 // dst = a (op) pre(b) [post], checked element by element against the
 // reference chain. Returns a description of the first few mismatches.
 template <typename T>
-std::string checkPairs(RedOp op, const std::vector<T>& a, const std::vector<T>& b, uint32_t scalarBits,
-                       uint64_t divisor, bool applyPost) {
+std::string checkPairs(const CpuKernelConfig& config, RedOp op, const std::vector<T>& a, const std::vector<T>& b,
+                       uint32_t scalarBits, uint64_t divisor, bool applyPost) {
   using R = typename Narrow<T>::R;
   std::vector<T> dst(a.size());
   const void* partials[] = {a.data()};
   Reduction r{Narrow<T>::kType, op};
   r.scalar = scalarBits;
   r.divisor = divisor;
-  reduce(r, dst.data(), partials, 1, b.data(), a.size(), applyPost);
+  r.accumulation = Accumulation::kElementType;
+  reduce(config, r, dst.data(), partials, 1, b.data(), a.size(), applyPost);
   const double scalar = R::value(R::fromBits(scalarBits));
   std::ostringstream out;
   int bad = 0;
@@ -81,25 +88,34 @@ constexpr RedOp kBasicOps[] = {RedOp::kSum, RedOp::kProd, RedOp::kMax, RedOp::kM
 
 // ---- fp8: every pair ------------------------------------------------------
 
-template <typename T>
+template <typename P>
 class Fp8OpsTest : public ::testing::Test {
  protected:
+  using T = typename P::Type;
   // a[i] = i >> 8, b[i] = i & 0xff: all 65,536 ordered pairs.
   void SetUp() override {
+    LOOM_SKIP_UNLESS_CPU_RUNS(P::kIsa);
     for (uint32_t i = 0; i < 65536; ++i) {
       a_.push_back(Narrow<T>::R::fromBits(i >> 8));
       b_.push_back(Narrow<T>::R::fromBits(i & 0xff));
     }
   }
+  static CpuKernelConfig config(bool streaming = false) { return configFor(P::kIsa, streaming); }
   std::vector<T> a_, b_;
 };
-using Fp8Types = ::testing::Types<Float8e4m3, Float8e5m2>;
-TYPED_TEST_SUITE(Fp8OpsTest, Fp8Types);
+#define LOOM_AT_LEVELS(T) AtLevel<T, CpuIsa::kScalar>, AtLevel<T, CpuIsa::kAvx2>, AtLevel<T, CpuIsa::kAvx512>
+using Fp8TypesAllLevels = ::testing::Types<LOOM_AT_LEVELS(Float8e4m3), LOOM_AT_LEVELS(Float8e5m2)>;
+TYPED_TEST_SUITE(Fp8OpsTest, Fp8TypesAllLevels, test::LevelNames);
 
 TYPED_TEST(Fp8OpsTest, AllPairsBasicOps) {
-  for (RedOp op : kBasicOps) {
-    EXPECT_EQ(checkPairs<TypeParam>(op, this->a_, this->b_, 0, 1, false), "") << redOpName(op);
-    EXPECT_EQ(checkPairs<TypeParam>(op, this->b_, this->a_, 0, 1, false), "") << redOpName(op) << " swapped";
+  using T = typename TestFixture::T;
+  for (bool streaming : {false, true}) {
+    for (RedOp op : kBasicOps) {
+      EXPECT_EQ(checkPairs<T>(this->config(streaming), op, this->a_, this->b_, 0, 1, false), "")
+          << redOpName(op) << " streaming=" << streaming;
+      EXPECT_EQ(checkPairs<T>(this->config(streaming), op, this->b_, this->a_, 0, 1, false), "")
+          << redOpName(op) << " swapped, streaming=" << streaming;
+    }
   }
 }
 
@@ -107,26 +123,39 @@ TYPED_TEST(Fp8OpsTest, AllPairsPreMulSum) {
   // 1.0, 0.5, -1.5, the smallest subnormal, the largest finite, a NaN.
   const uint32_t scalars[] = {0x38, 0x30, 0xbc, 0x01, 0x7b, 0x7f};
   for (uint32_t s : scalars) {
-    EXPECT_EQ(checkPairs<TypeParam>(RedOp::kPreMulSum, this->a_, this->b_, s, 1, false), "")
+    EXPECT_EQ(checkPairs<typename TestFixture::T>(this->config(), RedOp::kPreMulSum, this->a_, this->b_, s, 1, false),
+              "")
         << std::hex << "scalar 0x" << s;
   }
 }
 
 TYPED_TEST(Fp8OpsTest, AllPairsSumPostDiv) {
   for (uint64_t d : {1u, 2u, 3u, 7u, 8u}) {
-    EXPECT_EQ(checkPairs<TypeParam>(RedOp::kSumPostDiv, this->a_, this->b_, 0, d, true), "") << "divisor " << d;
+    EXPECT_EQ(checkPairs<typename TestFixture::T>(this->config(), RedOp::kSumPostDiv, this->a_, this->b_, 0, d, true),
+              "")
+        << "divisor " << d;
   }
   // Without applyPost it is a plain sum.
-  EXPECT_EQ(checkPairs<TypeParam>(RedOp::kSumPostDiv, this->a_, this->b_, 0, 3, false), "");
+  EXPECT_EQ(checkPairs<typename TestFixture::T>(this->config(), RedOp::kSumPostDiv, this->a_, this->b_, 0, 3, false),
+            "");
 }
 
 // The documented SATFINITE consequences, spelled out.
-TEST(Fp8OpsEdges, SaturatesLikeNvidia) {
-  auto run = [](DataType type, RedOp op, uint8_t x, uint8_t y) {
-    uint8_t out = 0;
-    const void* partials[] = {&x};
-    reduce(Reduction{type, op}, &out, partials, 1, &y, 1, false);
-    return out;
+class Fp8OpsEdges : public ::testing::TestWithParam<CpuIsa> {
+ protected:
+  void SetUp() override { LOOM_SKIP_UNLESS_CPU_RUNS(GetParam()); }
+};
+INSTANTIATE_TEST_SUITE_P(Levels, Fp8OpsEdges, test::kAllLevels, test::isaParamName);
+
+TEST_P(Fp8OpsEdges, SaturatesLikeNvidia) {
+  // Each pair repeated over 300 elements, so the vector loops see it too.
+  const CpuIsa isa = GetParam();
+  auto run = [isa](DataType type, RedOp op, uint8_t x, uint8_t y) {
+    std::vector<uint8_t> xs(300, x), ys(300, y), out(300, 0);
+    const void* partials[] = {xs.data()};
+    reduce(configFor(isa), Reduction{type, op}, out.data(), partials, 1, ys.data(), out.size(), false);
+    for (uint8_t o : out) EXPECT_EQ(o, out[0]) << "the vector loop and the tail disagree";
+    return out[0];
   };
   EXPECT_EQ(run(DataType::kFloat8e4m3, RedOp::kSum, 0x7e, 0x7e), 0x7e) << "448+448 -> 448";
   EXPECT_EQ(run(DataType::kFloat8e4m3, RedOp::kSum, 0xfe, 0xfe), 0xfe) << "-448-448 -> -448";
@@ -162,10 +191,12 @@ std::vector<uint32_t> secondOperands<Bfloat16>() {
           0x4000, 0x3a80, 0x4480, 0xc049};
 }
 
-template <typename T>
+template <typename P>
 class WideNarrowOpsTest : public ::testing::Test {
  protected:
+  using T = typename P::Type;
   void SetUp() override {
+    LOOM_SKIP_UNLESS_CPU_RUNS(P::kIsa);
     for (uint32_t i = 0; i < 65536; ++i) all_.push_back(Narrow<T>::R::fromBits(i));
     operands_ = secondOperands<T>();
     std::mt19937_64 rng(1234);
@@ -174,19 +205,22 @@ class WideNarrowOpsTest : public ::testing::Test {
   std::vector<T> filled(uint32_t bits) const {
     return std::vector<T>(all_.size(), Narrow<T>::R::fromBits(bits));
   }
+  static CpuKernelConfig config() { return configFor(P::kIsa); }
   std::vector<T> all_;
   std::vector<uint32_t> operands_;
 };
-using SixteenBitTypes = ::testing::Types<Half, Bfloat16>;
-TYPED_TEST_SUITE(WideNarrowOpsTest, SixteenBitTypes);
+using SixteenBitTypesAllLevels = ::testing::Types<LOOM_AT_LEVELS(Half), LOOM_AT_LEVELS(Bfloat16)>;
+#undef LOOM_AT_LEVELS
+TYPED_TEST_SUITE(WideNarrowOpsTest, SixteenBitTypesAllLevels, test::LevelNames);
 
 TYPED_TEST(WideNarrowOpsTest, EveryValueAgainstOperandSet) {
+  using T = typename TestFixture::T;
   for (uint32_t operand : this->operands_) {
-    const std::vector<TypeParam> b = this->filled(operand);
+    const std::vector<T> b = this->filled(operand);
     for (RedOp op : kBasicOps) {
-      EXPECT_EQ(checkPairs<TypeParam>(op, this->all_, b, 0, 1, false), "")
+      EXPECT_EQ(checkPairs<T>(this->config(), op, this->all_, b, 0, 1, false), "")
           << redOpName(op) << std::hex << " operand 0x" << operand;
-      EXPECT_EQ(checkPairs<TypeParam>(op, b, this->all_, 0, 1, false), "")
+      EXPECT_EQ(checkPairs<T>(this->config(), op, b, this->all_, 0, 1, false), "")
           << redOpName(op) << std::hex << " operand 0x" << operand << " first";
     }
   }
@@ -194,18 +228,21 @@ TYPED_TEST(WideNarrowOpsTest, EveryValueAgainstOperandSet) {
 
 TYPED_TEST(WideNarrowOpsTest, PreMulSumEveryValue) {
   // The partial is every value in reverse, so pairs vary across the range.
-  std::vector<TypeParam> reversed(this->all_.rbegin(), this->all_.rend());
+  using T = typename TestFixture::T;
+  std::vector<T> reversed(this->all_.rbegin(), this->all_.rend());
   for (uint32_t operand : this->operands_) {
-    EXPECT_EQ(checkPairs<TypeParam>(RedOp::kPreMulSum, reversed, this->all_, operand, 1, false), "")
+    EXPECT_EQ(checkPairs<T>(this->config(), RedOp::kPreMulSum, reversed, this->all_, operand, 1, false), "")
         << std::hex << "scalar 0x" << operand;
   }
 }
 
 TYPED_TEST(WideNarrowOpsTest, SumPostDivEveryValue) {
-  const std::vector<TypeParam> zeros = this->filled(0);
+  using T = typename TestFixture::T;
+  const std::vector<T> zeros = this->filled(0);
   for (uint64_t d : {1u, 2u, 3u, 7u, 1000u}) {
-    EXPECT_EQ(checkPairs<TypeParam>(RedOp::kSumPostDiv, this->all_, zeros, 0, d, true), "") << "divisor " << d;
-    EXPECT_EQ(checkPairs<TypeParam>(RedOp::kSumPostDiv, this->all_, this->filled(0x3c01), 0, d, true), "")
+    EXPECT_EQ(checkPairs<T>(this->config(), RedOp::kSumPostDiv, this->all_, zeros, 0, d, true), "")
+        << "divisor " << d;
+    EXPECT_EQ(checkPairs<T>(this->config(), RedOp::kSumPostDiv, this->all_, this->filled(0x3c01), 0, d, true), "")
         << "divisor " << d;
   }
 }

@@ -16,6 +16,7 @@
 #include <cstring>
 #include <vector>
 
+#include "isa_levels.h"
 #include "kernels/reduce.h"
 #include "kernels/types.h"
 
@@ -123,7 +124,7 @@ uint8_t ncclSm90(RedOp op, __nv_fp8_interpretation_t fmt, uint8_t a, uint8_t b) 
   return __nv_cvt_halfraw_to_fp8(__half_raw(r), __NV_SATFINITE, fmt);
 }
 
-void checkFp8Parity(DataType type, __nv_fp8_interpretation_t fmt) {
+void checkFp8Parity(CpuIsa isa, DataType type, __nv_fp8_interpretation_t fmt) {
   std::vector<uint8_t> a(65536), b(65536), out(65536);
   for (uint32_t i = 0; i < 65536; ++i) {
     a[i] = uint8_t(i >> 8);
@@ -131,7 +132,7 @@ void checkFp8Parity(DataType type, __nv_fp8_interpretation_t fmt) {
   }
   for (RedOp op : {RedOp::kSum, RedOp::kProd, RedOp::kMax, RedOp::kMin}) {
     const void* partials[] = {a.data()};
-    reduce(Reduction{type, op}, out.data(), partials, 1, b.data(), a.size(), false);
+    reduce(test::configFor(isa), Reduction{type, op}, out.data(), partials, 1, b.data(), a.size(), false);
     int differ = 0;
     for (uint32_t i = 0; i < 65536; ++i) {
       const uint8_t nv = ncclSm90(op, fmt, a[i], b[i]);
@@ -147,7 +148,7 @@ void checkFp8Parity(DataType type, __nv_fp8_interpretation_t fmt) {
 
 // premulsum on sm_90: the local input is multiplied by the scalar in half,
 // narrowed (SATFINITE), then summed like any other input.
-void checkFp8PreMulSumParity(DataType type, __nv_fp8_interpretation_t fmt) {
+void checkFp8PreMulSumParity(CpuIsa isa, DataType type, __nv_fp8_interpretation_t fmt) {
   std::vector<uint8_t> a(65536), b(65536), out(65536);
   for (uint32_t i = 0; i < 65536; ++i) {
     a[i] = uint8_t(i >> 8);
@@ -157,7 +158,7 @@ void checkFp8PreMulSumParity(DataType type, __nv_fp8_interpretation_t fmt) {
     const void* partials[] = {a.data()};
     Reduction r{type, RedOp::kPreMulSum};
     r.scalar = scalar;
-    reduce(r, out.data(), partials, 1, b.data(), a.size(), false);
+    reduce(test::configFor(isa), r, out.data(), partials, 1, b.data(), a.size(), false);
     const uint8_t nanMin = fmt == __NV_E4M3 ? 0x7f : 0x7d;
     int differ = 0;
     for (uint32_t i = 0; i < 65536; ++i) {
@@ -171,18 +172,25 @@ void checkFp8PreMulSumParity(DataType type, __nv_fp8_interpretation_t fmt) {
   }
 }
 
-TEST(NvidiaParity, Fp8e4m3OpsMatchNcclSm90) {
-  checkFp8Parity(DataType::kFloat8e4m3, __NV_E4M3);
-  checkFp8PreMulSumParity(DataType::kFloat8e4m3, __NV_E4M3);
+// Every test at each instruction-set level the CPU runs.
+class NvidiaParity : public ::testing::TestWithParam<CpuIsa> {
+ protected:
+  void SetUp() override { LOOM_SKIP_UNLESS_CPU_RUNS(GetParam()); }
+};
+INSTANTIATE_TEST_SUITE_P(Levels, NvidiaParity, test::kAllLevels, test::isaParamName);
+
+TEST_P(NvidiaParity, Fp8e4m3OpsMatchNcclSm90) {
+  checkFp8Parity(GetParam(), DataType::kFloat8e4m3, __NV_E4M3);
+  checkFp8PreMulSumParity(GetParam(), DataType::kFloat8e4m3, __NV_E4M3);
 }
-TEST(NvidiaParity, Fp8e5m2OpsMatchNcclSm90) {
-  checkFp8Parity(DataType::kFloat8e5m2, __NV_E5M2);
-  checkFp8PreMulSumParity(DataType::kFloat8e5m2, __NV_E5M2);
+TEST_P(NvidiaParity, Fp8e5m2OpsMatchNcclSm90) {
+  checkFp8Parity(GetParam(), DataType::kFloat8e5m2, __NV_E5M2);
+  checkFp8PreMulSumParity(GetParam(), DataType::kFloat8e5m2, __NV_E5M2);
 }
 
 // Half ops against NVIDIA's __hadd/__hmul/__hmax/__hmin (host versions, which
 // the sm_80+ instructions match: correctly rounded, same NaN/zero rules).
-TEST(NvidiaParity, HalfOpsMatchCudaFp16) {
+TEST_P(NvidiaParity, HalfOpsMatchCudaFp16) {
   std::vector<uint16_t> a(65536), b(65536), out(65536);
   const uint16_t operands[] = {0x0000, 0x8000, 0x7c00, 0xfc00, 0x7e00, 0x0001, 0x83ff,
                                0x7bff, 0xfbff, 0x3c00, 0xbc01, 0x1400, 0x6400, 0xc248};
@@ -191,7 +199,8 @@ TEST(NvidiaParity, HalfOpsMatchCudaFp16) {
     std::fill(b.begin(), b.end(), operand);
     for (RedOp op : {RedOp::kSum, RedOp::kProd, RedOp::kMax, RedOp::kMin}) {
       const void* partials[] = {a.data()};
-      reduce(Reduction{DataType::kFloat16, op}, out.data(), partials, 1, b.data(), a.size(), false);
+      reduce(test::configFor(GetParam()), Reduction{DataType::kFloat16, op}, out.data(), partials, 1, b.data(),
+             a.size(), false);
       for (uint32_t i = 0; i < 65536; ++i) {
         const __half x = nvHalfFromBits(a[i]), y = nvHalfFromBits(operand);
         const __half nv = op == RedOp::kSum    ? __hadd(x, y)

@@ -92,6 +92,28 @@ inline double round(double v, const FormatSpec& f, bool satFinite) {
   return std::copysign(r, v);
 }
 
+// True when the element at p (of type `type`) is a NaN pattern.
+inline bool isNanPattern(DataType type, const void* p) {
+  const auto* b = static_cast<const unsigned char*>(p);
+  switch (type) {
+    case DataType::kFloat32: {
+      float f;
+      std::memcpy(&f, b, 4);
+      return std::isnan(f);
+    }
+    case DataType::kFloat64: {
+      double d;
+      std::memcpy(&d, b, 8);
+      return std::isnan(d);
+    }
+    case DataType::kFloat16: return std::isnan(decode(uint32_t(b[0] | (b[1] << 8)), kHalfSpec));
+    case DataType::kBfloat16: return std::isnan(decode(uint32_t(b[0] | (b[1] << 8)), kBf16Spec));
+    case DataType::kFloat8e4m3: return std::isnan(decode(b[0], kE4m3Spec));
+    case DataType::kFloat8e5m2: return std::isnan(decode(b[0], kE5m2Spec));
+    default: return false;
+  }
+}
+
 // Same value: both NaN, or equal including the sign of zero.
 inline bool same(double expected, double actual) {
   if (std::isnan(expected) || std::isnan(actual)) return std::isnan(expected) && std::isnan(actual);

@@ -1,0 +1,277 @@
+// Host kernels for AVX-512 (F, BW, VL, DQ) + F16C: 16 floats per vector.
+//
+// Built at the baseline ISA like the rest of the library; only the functions
+// marked LOOM_SIMD_TARGET use AVX-512, and they run only after cpu_isa.cc
+// found the CPU and OS support it. See simd_reduce_impl.h for the kernels.
+#include "kernels/cpu/cpu_kernels.h"
+
+#if defined(__x86_64__)
+
+// GCC 12's avx512fintrin.h builds "undefined" vectors by self-initialization
+// (`__m512i __Y = __Y;`), which it then reports as uninitialized once those
+// intrinsics are inlined into target-attribute functions (a known compiler
+// false positive). Silenced for this file only.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <type_traits>
+
+#include "kernels/chain.h"
+#include "kernels/ops.h"
+#include "kernels/types.h"
+
+namespace loom::kernels::cpu {
+namespace {
+
+#define LOOM_SIMD_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,f16c")))
+#define LOOM_SIMD_INLINE __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,f16c"), always_inline)) inline
+
+struct Simd {
+  static constexpr size_t kLanes = 16;
+  using F = __m512;
+  using I = __m512i;
+  using M = __mmask16;
+
+  // GCC/Clang vectors of 64 bytes (native lines): load, and store
+  // (`stream` needs p aligned to 64).
+  static constexpr size_t kVecBytes = 64;
+  template <typename V>
+  LOOM_SIMD_INLINE static V loadVec(const Byte* p) {
+    return reinterpret_cast<V>(_mm512_loadu_si512(p));
+  }
+  template <typename V>
+  LOOM_SIMD_INLINE static void storeVec(Byte* p, V value, bool stream) {
+    const __m512i v = reinterpret_cast<__m512i>(value);
+    if (stream) {
+      _mm512_stream_si512(reinterpret_cast<__m512i*>(p), v);
+    } else {
+      _mm512_storeu_si512(p, v);
+    }
+  }
+  LOOM_SIMD_INLINE static F loadF(const Byte* p) { return _mm512_loadu_ps(p); }
+  LOOM_SIMD_INLINE static F set1F(float x) { return _mm512_set1_ps(x); }
+  LOOM_SIMD_INLINE static I set1I(int32_t x) { return _mm512_set1_epi32(x); }
+  LOOM_SIMD_INLINE static F addF(F a, F b) { return _mm512_add_ps(a, b); }
+  LOOM_SIMD_INLINE static F subF(F a, F b) { return _mm512_sub_ps(a, b); }
+  LOOM_SIMD_INLINE static F mulF(F a, F b) { return _mm512_mul_ps(a, b); }
+  LOOM_SIMD_INLINE static F divF(F a, F b) { return _mm512_div_ps(a, b); }
+  LOOM_SIMD_INLINE static F maxF(F a, F b) { return _mm512_max_ps(a, b); }  // b if either is NaN or both zero
+  LOOM_SIMD_INLINE static F minF(F a, F b) { return _mm512_min_ps(a, b); }
+  LOOM_SIMD_INLINE static F andF(F a, F b) { return _mm512_and_ps(a, b); }
+  LOOM_SIMD_INLINE static F orF(F a, F b) { return _mm512_or_ps(a, b); }
+  LOOM_SIMD_INLINE static F cvtI32F(I a) { return _mm512_cvtepi32_ps(a); }
+
+  LOOM_SIMD_INLINE static M cmpUnordF(F a, F b) { return _mm512_cmp_ps_mask(a, b, _CMP_UNORD_Q); }
+  LOOM_SIMD_INLINE static M cmpEqF(F a, F b) { return _mm512_cmp_ps_mask(a, b, _CMP_EQ_OQ); }
+  LOOM_SIMD_INLINE static M cmpGtF(F a, F b) { return _mm512_cmp_ps_mask(a, b, _CMP_GT_OQ); }
+  LOOM_SIMD_INLINE static M signM(F a) { return _mm512_movepi32_mask(_mm512_castps_si512(a)); }
+  LOOM_SIMD_INLINE static M andM(M a, M b) { return _kand_mask16(a, b); }
+  LOOM_SIMD_INLINE static M orM(M a, M b) { return _kor_mask16(a, b); }
+  LOOM_SIMD_INLINE static M andNotM(M a, M b) { return _kandn_mask16(a, b); }  // ~a & b
+  LOOM_SIMD_INLINE static F selectF(M m, F ifTrue, F ifFalse) { return _mm512_mask_blend_ps(m, ifFalse, ifTrue); }
+  LOOM_SIMD_INLINE static I selectI(M m, I ifTrue, I ifFalse) {
+    return _mm512_mask_blend_epi32(m, ifFalse, ifTrue);
+  }
+
+  LOOM_SIMD_INLINE static I castFI(F a) { return _mm512_castps_si512(a); }
+  LOOM_SIMD_INLINE static F castIF(I a) { return _mm512_castsi512_ps(a); }
+  LOOM_SIMD_INLINE static I andI(I a, I b) { return _mm512_and_si512(a, b); }
+  LOOM_SIMD_INLINE static I orI(I a, I b) { return _mm512_or_si512(a, b); }
+  LOOM_SIMD_INLINE static I addI(I a, I b) { return _mm512_add_epi32(a, b); }
+  LOOM_SIMD_INLINE static I subI(I a, I b) { return _mm512_sub_epi32(a, b); }
+  template <int kN>
+  LOOM_SIMD_INLINE static I srli(I a) {
+    return _mm512_srli_epi32(a, kN);
+  }
+  template <int kN>
+  LOOM_SIMD_INLINE static I slli(I a) {
+    return _mm512_slli_epi32(a, kN);
+  }
+  LOOM_SIMD_INLINE static M cmpGtI(I a, I b) { return _mm512_cmpgt_epi32_mask(a, b); }
+  LOOM_SIMD_INLINE static M cmpEqI(I a, I b) { return _mm512_cmpeq_epi32_mask(a, b); }
+  LOOM_SIMD_INLINE static I minU32(I a, I b) { return _mm512_min_epu32(a, b); }
+
+  // Widening loads of kLanes elements.
+  LOOM_SIMD_INLINE static I loadU8toI32(const Byte* p) {
+    return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+  LOOM_SIMD_INLINE static I loadU16toI32(const Byte* p) {
+    return _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
+  LOOM_SIMD_INLINE static F loadHalf(const Byte* p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
+  LOOM_SIMD_INLINE static F loadE5m2ViaHalf(const Byte* p) {
+    const __m256i bytes = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return _mm512_cvtph_ps(_mm256_slli_epi16(bytes, 8));
+  }
+  // fp8 lines in a lane-interleaved word layout (see Fp8Elem in
+  // simd_reduce_impl.h): unpacking a 64-byte line against zero gives its
+  // bytes as 16-bit words in two registers, and packus restores the order.
+  static constexpr bool kHasFp8Words = true;
+  // w[0], w[1]: the line's bytes as the high bytes of words.
+  LOOM_SIMD_INLINE static void loadLineAsHighBytes(const Byte* p, I* w) {
+    const I v = _mm512_loadu_si512(p);
+    w[0] = _mm512_unpacklo_epi8(_mm512_setzero_si512(), v);
+    w[1] = _mm512_unpackhi_epi8(_mm512_setzero_si512(), v);
+  }
+  // 32 halves -> 2 float vectors (exact), and back (values already exact halves).
+  LOOM_SIMD_INLINE static void halvesToFloats(I h, F* out) {
+    out[0] = _mm512_cvtph_ps(_mm512_castsi512_si256(h));
+    out[1] = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1));
+  }
+  LOOM_SIMD_INLINE static I floatsToHalves(F a, F b) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(narrowHalf(a)), narrowHalf(b), 1);
+  }
+  // e4m3 bytes (high bytes of words) -> halves of value * 2^-8: the
+  // magnitude bits shifted into bits 14..7, the sign kept; the NaN
+  // S.1111.111 (which would read as +-1.875) becomes a half NaN.
+  LOOM_SIMD_INLINE static I e4m3WordsToScaledHalves(I w) {
+    // Arithmetic shift: bit 15 keeps the sign, bits 13..7 get the magnitude;
+    // bit 14 (a copy of the sign) and the low bits are cleared.
+    const I h = _mm512_and_si512(_mm512_srai_epi16(w, 1), _mm512_set1_epi16(int16_t(0xbf80)));
+    const __mmask32 nan =
+        _mm512_cmpeq_epi16_mask(_mm512_and_si512(w, _mm512_set1_epi16(0x7f00)), _mm512_set1_epi16(0x7f00));
+    return _mm512_mask_mov_epi16(h, nan, _mm512_or_si512(h, _mm512_set1_epi16(0x7e00)));
+  }
+  // Half patterns of fp8 values -> fp8 bytes in words: e5m2 is the top
+  // byte; e4m3 (scaled by 2^-8 before) is bits 14..7 plus the sign.
+  template <bool kE5m2>
+  LOOM_SIMD_INLINE static I halvesToFp8Words(I h) {
+    if constexpr (kE5m2) {
+      return _mm512_srli_epi16(h, 8);
+    } else {
+      // (h >> 7) & 0x7f | (h >> 8) & 0x80: bitwise select, ternary logic C ? A : B.
+      return _mm512_ternarylogic_epi32(_mm512_srli_epi16(h, 7), _mm512_srli_epi16(h, 8), _mm512_set1_epi16(0x7f),
+                                       0xe4);
+    }
+  }
+  // Round-to-nearest-even halves of values that are exact in half (see
+  // Fp8Elem::store) -> fp8 bytes in words, SATFINITE: RNE on the bit
+  // pattern, results above max finite (infinities included) -> max finite,
+  // NaN -> NaN (e5m2: quiet, top payload bit kept; e4m3: S.1111.111).
+  template <bool kE5m2>
+  LOOM_SIMD_INLINE static I roundHalvesToFp8Words(I h) {
+    constexpr int kDrop = kE5m2 ? 8 : 7;
+    const I mag = _mm512_and_si512(h, _mm512_set1_epi16(0x7fff));
+    const I kept = _mm512_srli_epi16(mag, kDrop);
+    const I lsb = _mm512_and_si512(kept, _mm512_set1_epi16(1));
+    const I roundBias = _mm512_set1_epi16(int16_t((1 << (kDrop - 1)) - 1));
+    I r = _mm512_srli_epi16(_mm512_add_epi16(_mm512_add_epi16(mag, roundBias), lsb), kDrop);
+    r = _mm512_min_epu16(r, _mm512_set1_epi16(kE5m2 ? 0x7b : 0x7e));
+    const __mmask32 nan = _mm512_cmpgt_epu16_mask(mag, _mm512_set1_epi16(0x7c00));
+    const I nanField = kE5m2 ? _mm512_or_si512(kept, _mm512_set1_epi16(0x02)) : _mm512_set1_epi16(0x7f);
+    r = _mm512_mask_mov_epi16(r, nan, nanField);
+    // r | (sign >> 8): ternary logic A | (B & C).
+    return _mm512_ternarylogic_epi32(r, _mm512_srli_epi16(h, 8), _mm512_set1_epi16(0x80), 0xf8);
+  }
+  template <int kN>
+  LOOM_SIMD_INLINE static I slli16(I a) {
+    return _mm512_slli_epi16(a, kN);
+  }
+  LOOM_SIMD_INLINE static void storeLineFromWords(Byte* p, const I* w, bool stream) {
+    storeLine(p, _mm512_packus_epi16(w[0], w[1]), stream);
+  }
+  LOOM_SIMD_INLINE static I maxU32(I a, I b) { return _mm512_max_epu32(a, b); }
+  // bfloat16 lines in a lane-interleaved order: unpacking against zero puts
+  // each value in the top half of a float; store() takes the top halves of
+  // the rounded patterns back with one word permute (the inverse order).
+  static constexpr bool kHasBf16Words = true;
+  LOOM_SIMD_INLINE static void loadLineBf16(const Byte* p, F* v) {
+    const I x = _mm512_loadu_si512(p);
+    v[0] = _mm512_castsi512_ps(_mm512_unpacklo_epi16(_mm512_setzero_si512(), x));
+    v[1] = _mm512_castsi512_ps(_mm512_unpackhi_epi16(_mm512_setzero_si512(), x));
+  }
+  LOOM_SIMD_INLINE static void storeLineBf16(Byte* p, const I* rounded, bool stream) {
+    // Output word 8k + j (128-bit lane k): j < 4 from rounded[0], else from
+    // rounded[1], each the top word of dword 4k + (j % 4).
+    storeLine(p, _mm512_permutex2var_epi16(rounded[0], bf16StoreIndex(), rounded[1]), stream);
+  }
+  LOOM_SIMD_INLINE static I bf16StoreIndex() {
+    alignas(64) static constexpr uint16_t kIdx[32] = {
+        1,  3,  5,  7,  33, 35, 37, 39,  // lane 0
+        9,  11, 13, 15, 41, 43, 45, 47,  // lane 1
+        17, 19, 21, 23, 49, 51, 53, 55,  // lane 2
+        25, 27, 29, 31, 57, 59, 61, 63,  // lane 3
+    };
+    return _mm512_load_si512(kIdx);
+  }
+  LOOM_SIMD_INLINE static __m256i narrowHalf(F x) { return _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT); }
+  LOOM_SIMD_INLINE static F roundHalf(F x) { return _mm512_cvtph_ps(narrowHalf(x)); }
+
+  // Stores of one 64-byte line; `stream` needs p 64-byte aligned.
+  LOOM_SIMD_INLINE static void storeLine(Byte* p, I v, bool stream) {
+    if (stream) {
+      _mm512_stream_si512(reinterpret_cast<__m512i*>(p), v);
+    } else {
+      _mm512_storeu_si512(p, v);
+    }
+  }
+  LOOM_SIMD_INLINE static void storeLineF(Byte* p, const F* v, bool stream) { storeLine(p, castFI(v[0]), stream); }
+  LOOM_SIMD_INLINE static void storeLineHalf(Byte* p, const F* v, bool stream) {
+    storeLine(p, _mm512_inserti64x4(_mm512_castsi256_si512(narrowHalf(v[0])), narrowHalf(v[1]), 1), stream);
+  }
+  // Lanes hold 16-bit values.
+  LOOM_SIMD_INLINE static void storeLine16(Byte* p, const I* v, bool stream) {
+    const __m256i lo = _mm512_cvtepi32_epi16(v[0]);
+    const __m256i hi = _mm512_cvtepi32_epi16(v[1]);
+    storeLine(p, _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1), stream);
+  }
+  // Lanes hold 8-bit values.
+  LOOM_SIMD_INLINE static void storeLine8(Byte* p, const I* v, bool stream) {
+    const __m256i lo = _mm256_set_m128i(_mm512_cvtepi32_epi8(v[1]), _mm512_cvtepi32_epi8(v[0]));
+    const __m256i hi = _mm256_set_m128i(_mm512_cvtepi32_epi8(v[3]), _mm512_cvtepi32_epi8(v[2]));
+    storeLine(p, _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1), stream);
+  }
+  LOOM_SIMD_INLINE static void storeLineBytes(Byte* p, const Byte* src, bool stream) {
+    storeLine(p, _mm512_loadu_si512(src), stream);
+  }
+  // dst 64-byte aligned, bytes a multiple of 64.
+  LOOM_SIMD_INLINE static void copyLinesStream(Byte* dst, const Byte* src, size_t bytes) {
+    size_t off = 0;
+    for (; off + 256 <= bytes; off += 256) {
+      const I a = _mm512_loadu_si512(src + off);
+      const I b = _mm512_loadu_si512(src + off + 64);
+      const I c = _mm512_loadu_si512(src + off + 128);
+      const I d = _mm512_loadu_si512(src + off + 192);
+      _mm512_stream_si512(reinterpret_cast<__m512i*>(dst + off), a);
+      _mm512_stream_si512(reinterpret_cast<__m512i*>(dst + off + 64), b);
+      _mm512_stream_si512(reinterpret_cast<__m512i*>(dst + off + 128), c);
+      _mm512_stream_si512(reinterpret_cast<__m512i*>(dst + off + 192), d);
+    }
+    for (; off < bytes; off += 64) {
+      _mm512_stream_si512(reinterpret_cast<__m512i*>(dst + off), _mm512_loadu_si512(src + off));
+    }
+  }
+  LOOM_SIMD_INLINE static void fence() { _mm_sfence(); }
+};
+
+#include "kernels/cpu/simd_reduce_impl.h"
+
+#undef LOOM_SIMD_TARGET
+#undef LOOM_SIMD_INLINE
+#undef LOOM_UNROLL
+
+}  // namespace
+
+const KernelTable* avx512Kernels() {
+  static const KernelTable table{&simdReduce, &simdStreamCopy};
+  return &table;
+}
+
+}  // namespace loom::kernels::cpu
+
+#else  // not x86-64
+
+namespace loom::kernels::cpu {
+const KernelTable* avx512Kernels() { return nullptr; }
+}  // namespace loom::kernels::cpu
+
+#endif

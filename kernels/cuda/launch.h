@@ -1,0 +1,45 @@
+// Internal: the boundary between cuda_kernels.cc (C++, Status, argument
+// checks) and reduce.cu (device code). Plain C++, no CUDA types, so either
+// side can be compiled by its own compiler.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/datatype.h"
+
+namespace loom::kernels::cuda::detail {
+
+// Sources one kernel launch combines; longer chains take several launches.
+inline constexpr int kMaxSourcesPerLaunch = 8;
+
+struct ReduceLaunch {
+  DataType type;
+  RedOp op;
+  uint64_t scalar;   // Reduction::scalar
+  uint64_t divisor;  // >= 1
+  bool fp32;         // Accumulation::kFloat32 (narrow float sums only)
+  void* dst;
+  const void* sources[kMaxSourcesPerLaunch];  // in chain order
+  int nsources;       // 1..kMaxSourcesPerLaunch
+  bool lastIsLocal;   // the last source gets the pre step (kPreMulSum)
+  bool applyPost;
+  size_t count;
+  int blocks;
+  int threads;
+};
+
+struct CopyLaunch {
+  void* dsts[kMaxSourcesPerLaunch];
+  int ndsts;  // 1..kMaxSourcesPerLaunch
+  const void* src;
+  size_t bytes;
+  int blocks;
+  int threads;
+};
+
+// Queue the kernel on `stream` (a cudaStream_t). Return a cudaError_t value.
+int launchReduce(const ReduceLaunch& launch, void* stream);
+int launchCopy(const CopyLaunch& launch, void* stream);
+
+}  // namespace loom::kernels::cuda::detail
