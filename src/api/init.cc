@@ -171,7 +171,9 @@ NCCL_API(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key, ncclC
     *newcomm = nullptr;
     if (color == NCCL_SPLIT_NOCOLOR) {
       if (loom::core::groupDepth() > 0) {
-        loom::core::enqueueInit(parent, [parent, key] { return Communicator::split(*parent, -1, key, nullptr); });
+        // No child to own the job: it runs inside groupEnd, even for a
+        // non-blocking parent, whose own init thread must stay untouched.
+        loom::core::enqueueInit(nullptr, [parent, key] { return Communicator::split(*parent, -1, key, nullptr); });
         return Status::ok();
       }
       return Communicator::split(*parent, -1, key, nullptr);

@@ -318,13 +318,13 @@ Status groupEnd() {
   std::vector<Status> results(inits.size());
   for (size_t i = 0; i < inits.size(); ++i) {
     auto& [comm, job] = inits[i];
-    if (!comm->options().blocking) {
+    if (comm && !comm->options().blocking) {
       comm->startAsync(std::move(job));
       inProgress = true;
     } else {
       threads.emplace_back([&results, i, job = std::move(job), comm = comm] {
         results[i] = job();
-        if (!results[i].isOk()) comm->fail(results[i], false);
+        if (!results[i].isOk() && comm) comm->fail(results[i], false);
       });
     }
   }

@@ -30,6 +30,11 @@ Status groupSimulateEnd(float* estimatedUs);
 // group is open.
 Status enqueue(Communicator* comm, const OpDesc& op);
 // Adds an init job; outside a group the caller runs it directly instead.
+// groupEnd starts it on `comm`'s own init thread when `comm` is
+// non-blocking, else runs it on a worker it joins and marks `comm` failed
+// on error. A job that creates no communicator (a rank leaving a split with
+// NCCL_SPLIT_NOCOLOR) passes nullptr: it always runs to completion inside
+// groupEnd, whose result carries its error.
 void enqueueInit(Communicator* comm, std::function<Status()> job);
 
 // Runs already-planned work; exposed for tests. Returns the first error.

@@ -182,6 +182,55 @@ TEST(CommFeatures, SplitByColorWithReversedKeysAndNoColor) {
   destroyAll(parents);
 }
 
+// Waits out ncclInProgress on a non-blocking communicator.
+ncclResult_t waitInit(ncclComm_t comm) {
+  ncclResult_t async = ncclInProgress;
+  const auto start = std::chrono::steady_clock::now();
+  while (ncclCommGetAsyncError(comm, &async) == ncclSuccess && async == ncclInProgress &&
+         secondsSince(start) < kEndsWithinS) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return async;
+}
+
+// A rank that leaves a grouped split with NCCL_SPLIT_NOCOLOR on a
+// non-blocking parent: its groupEnd completes the split at once (there is
+// no child to poll) and the parent, whose own init ran on a thread of its
+// own, keeps working.
+TEST(CommFeatures, GroupedNoColorSplitOnNonBlockingParents) {
+  const int n = 3;
+  ncclUniqueId id;
+  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  std::vector<ncclComm_t> parents(size_t(n), nullptr), kids(size_t(n), nullptr);
+  onRanks(n, [&](int r) {
+    ncclResult_t res = ncclCommInitRankConfig(&parents[size_t(r)], n, id, r, &config);
+    EXPECT_TRUE(res == ncclSuccess || res == ncclInProgress) << ncclGetLastError(nullptr);
+    EXPECT_EQ(waitInit(parents[size_t(r)]), ncclSuccess) << ncclGetLastError(parents[size_t(r)]);
+  });
+  onRanks(n, [&](int r) {
+    const int color = r == 2 ? NCCL_SPLIT_NOCOLOR : 0;
+    ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+    ASSERT_EQ(ncclCommSplit(parents[size_t(r)], color, r, &kids[size_t(r)], &config), ncclSuccess)
+        << ncclGetLastError(nullptr);
+    ncclResult_t end = ncclGroupEnd();
+    if (r == 2) {
+      EXPECT_EQ(end, ncclSuccess) << ncclGetLastError(nullptr);
+      EXPECT_EQ(kids[size_t(r)], nullptr);
+    } else {
+      EXPECT_TRUE(end == ncclSuccess || end == ncclInProgress) << ncclGetLastError(nullptr);
+      ASSERT_NE(kids[size_t(r)], nullptr);
+      EXPECT_EQ(waitInit(kids[size_t(r)]), ncclSuccess) << ncclGetLastError(kids[size_t(r)]);
+    }
+  });
+  std::vector<ncclComm_t> pair{kids[0], kids[1]};
+  allReduceAndCheck(pair);
+  allReduceAndCheck(parents);
+  destroyAll(pair);
+  destroyAll(parents);
+}
+
 TEST(CommFeatures, FinalizeThenDestroy) {
   std::vector<ncclComm_t> comms = initAll(3);
   allReduceAndCheck(comms);
