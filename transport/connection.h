@@ -22,12 +22,30 @@
 
 namespace loom::transport {
 
+// A consumer of received bytes (see Transfer::sink).
+class Sink {
+ public:
+  virtual ~Sink() = default;
+  // Bytes [offset, offset + n) of the message, valid only during the call.
+  // Pieces arrive in order; every piece but the last starts and ends on a
+  // multiple of kSinkGrain bytes.
+  virtual void consume(size_t offset, const void* bytes, size_t n) = 0;
+};
+inline constexpr size_t kSinkGrain = 64;
+
 struct Transfer {
   void* data = nullptr;  // send: source bytes (not modified); recv: destination
   size_t bytes = 0;
+  // Receive only, optional. A transport whose received bytes already sit in
+  // memory it owns (shared memory) may hand the whole message to the sink
+  // piece by piece instead of copying it into `data`, saving a pass over the
+  // data (a reduction reads straight from the FIFO). It then sets `sunk` and
+  // leaves `data` untouched; otherwise everything lands in `data`.
+  Sink* sink = nullptr;
   // Set by the transport.
   size_t progressed = 0;  // bytes moved so far
   bool done = false;
+  bool sunk = false;
 };
 
 class Connection {

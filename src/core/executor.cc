@@ -22,6 +22,12 @@ std::byte* Scratch::get(size_t bytes) {
 
 void Scratch::Free::operator()(std::byte* p) const { std::free(p); }
 
+void PlanRunner::ReduceSink::consume(size_t offset, const void* bytes, size_t n) {
+  const void* partials[1] = {bytes};
+  const size_t count = n / std::max<size_t>(1, kernels::dataTypeSize(reduction->type));
+  kernels::reduce(*reduction, dst + offset, partials, 1, local ? local + offset : nullptr, count, post);
+}
+
 PlanRunner::PlanRunner(const Plan* plan, std::vector<std::byte*> buffers,
                        kernels::Reduction reduction, bool reducing,
                        std::span<Connection* const> conns, Scratch* scratch)
@@ -89,7 +95,7 @@ void PlanRunner::retireSends(StreamState& st, bool* progressed) {
   }
 }
 
-bool PlanRunner::writeBlocked(const StreamState&, const std::byte* begin, size_t bytes) const {
+bool PlanRunner::writeBlocked(const std::byte* begin, size_t bytes) const {
   const std::byte* end = begin + bytes;
   for (const auto& st : streams_) {
     for (const auto& ps : st.sends) {
@@ -137,7 +143,7 @@ bool PlanRunner::startStep(const Step& step, StreamState& st, Status* error) {
   const bool direct = !step.reduce && step.out.valid();
   if (direct) {
     target = ptr(step.out);
-    if (writeBlocked(st, target, step.bytes)) return false;
+    if (writeBlocked(target, step.bytes)) return false;
     st.recvSlot = -1;
   } else {
     st.recvSlot = takeSlot(st);
@@ -147,6 +153,18 @@ bool PlanRunner::startStep(const Step& step, StreamState& st, Status* error) {
   st.recv = Transfer{};
   st.recv.data = target;
   st.recv.bytes = step.bytes;
+  if (step.reduce) {
+    // Offer to reduce straight from the transport's memory; when the output
+    // is still being sent, the reduction waits for compute() instead.
+    std::byte* dst = step.out.valid() ? ptr(step.out) : target;
+    if (!step.out.valid() || !writeBlocked(dst, step.bytes)) {
+      st.sink.reduction = &reduction_;
+      st.sink.dst = dst;
+      st.sink.local = step.local.valid() ? ptr(step.local) : nullptr;
+      st.sink.post = step.post;
+      st.recv.sink = &st.sink;
+    }
+  }
   Connection* c = conns_[size_t(step.recvPeer)];
   *error = c->postRecv(&st.recv);
   if (error->isOk()) *error = c->progress();
@@ -166,10 +184,12 @@ Status PlanRunner::compute(const Step& step, StreamState& st) {
     std::byte* in = st.recvSlot >= 0 ? st.slots + size_t(st.recvSlot) * st.slotBytes : ptr(step.out);
     if (step.reduce) {
       std::byte* dst = step.out.valid() ? ptr(step.out) : in;
-      if (step.out.valid() && writeBlocked(st, dst, step.bytes)) return kBlocked;
-      const void* partials[1] = {in};
-      kernels::reduce(reduction_, dst, partials, 1, step.local.valid() ? ptr(step.local) : nullptr,
-                      count, step.post);
+      if (!st.recv.sunk) {  // else the sink already reduced into dst
+        if (step.out.valid() && writeBlocked(dst, step.bytes)) return kBlocked;
+        const void* partials[1] = {in};
+        kernels::reduce(reduction_, dst, partials, 1, step.local.valid() ? ptr(step.local) : nullptr,
+                        count, step.post);
+      }
       result = dst;
       if (dst == in) hold = st.recvSlot;
       else if (st.recvSlot >= 0) st.freeSlots |= 1u << st.recvSlot;
@@ -185,7 +205,7 @@ Status PlanRunner::compute(const Step& step, StreamState& st) {
                             (step.post && reduction_.op == kernels::RedOp::kSumPostDiv));
     if (step.out.valid()) {
       std::byte* dst = ptr(step.out);
-      if ((transform || dst != src) && writeBlocked(st, dst, step.bytes)) return kBlocked;
+      if ((transform || dst != src) && writeBlocked(dst, step.bytes)) return kBlocked;
       if (transform) kernels::reduce(reduction_, dst, nullptr, 0, src, count, step.post);
       else if (dst != src) kernels::copy(dst, src, step.bytes);
       result = dst;

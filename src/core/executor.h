@@ -60,6 +60,16 @@ class PlanRunner {
  private:
   static constexpr int kSlots = 4;  // staging slots per stream
   enum class Phase { kStart, kReceiving, kCompute };
+  // Reduces received pieces straight into a step's result, for transports
+  // that can hand them over from their own memory (Transfer::sink).
+  class ReduceSink final : public transport::Sink {
+   public:
+    void consume(size_t offset, const void* bytes, size_t n) override;
+    const kernels::Reduction* reduction = nullptr;
+    std::byte* dst = nullptr;
+    const std::byte* local = nullptr;  // may be null
+    bool post = false;
+  };
   struct PendingSend {
     transport::Transfer xfer;
     const std::byte* begin;
@@ -71,6 +81,7 @@ class PlanRunner {
     size_t next = 0;  // index of the current step
     Phase phase = Phase::kStart;
     transport::Transfer recv;
+    ReduceSink sink;
     int recvSlot = -1;
     std::byte* slots = nullptr;  // kSlots * slotBytes
     size_t slotBytes = 0;
@@ -83,7 +94,7 @@ class PlanRunner {
   Status compute(const Step& step, StreamState& st);
   int takeSlot(StreamState& st);
   void retireSends(StreamState& st, bool* progressed);
-  bool writeBlocked(const StreamState& st, const std::byte* begin, size_t bytes) const;
+  bool writeBlocked(const std::byte* begin, size_t bytes) const;
   std::byte* ptr(const BufRef& ref) const { return buffers_[size_t(ref.buf)] + ref.offset; }
 
   const Plan* plan_;

@@ -334,8 +334,9 @@ Status ShmConnection::checkSlot(const RecvMsg& m, const SlotDesc& d) const {
                        "counts");
   }
   if (d.kind == uint32_t(SlotKind::kCopy)) {
-    const bool ok = d.offset == m.received && d.pieceBytes <= mine_.slotBytes() &&
-                    d.pieceBytes <= d.totalBytes - d.offset && d.pieceBytes > 0;
+    // Every piece fills a whole slot but the last (sinks rely on it).
+    const bool ok = d.offset == m.received && d.offset < d.totalBytes &&
+                    d.pieceBytes == std::min<uint64_t>(mine_.slotBytes(), d.totalBytes - d.offset);
     if (ok) return Status::ok();
   } else if (d.kind == uint32_t(SlotKind::kInline)) {
     if (d.totalBytes <= kInlineBytes && d.pieceBytes == d.totalBytes && m.received == 0) {
@@ -410,7 +411,11 @@ Status ShmConnection::moveRecvs() {
     LOOM_TRY(checkSlot(m, d));
     if (d.kind != uint32_t(SlotKind::kPull)) {
       const uint8_t* src = d.kind == uint32_t(SlotKind::kInline) ? d.inlineData : mine_.slot(head_);
-      if (d.pieceBytes > 0) {
+      if (m.t->sink != nullptr) {
+        // Slot pieces start at multiples of the slot size (whole pages).
+        if (d.pieceBytes > 0) m.t->sink->consume(m.received, src, d.pieceBytes);
+        m.t->sunk = true;
+      } else if (d.pieceBytes > 0) {
         std::memcpy(static_cast<uint8_t*>(m.t->data) + m.received, src, d.pieceBytes);
       }
       m.received += d.pieceBytes;

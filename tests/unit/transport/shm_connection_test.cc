@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <thread>
 
 #include "common/settings.h"
@@ -104,6 +105,57 @@ TEST(Shm, OneSideWithoutSingleCopy) {
   exchangeBothWays(p, 1);
   EXPECT_EQ(p.a->singleCopySends(), 0u);
   EXPECT_EQ(p.b->singleCopySends(), 0u);
+}
+
+// Records the pieces a sink receives and copies them to `out`.
+struct RecordingSink final : Sink {
+  std::vector<uint8_t>* out;
+  std::vector<std::pair<size_t, size_t>> pieces;
+  explicit RecordingSink(std::vector<uint8_t>* o) : out(o) {}
+  void consume(size_t offset, const void* bytes, size_t n) override {
+    pieces.emplace_back(offset, n);
+    std::memcpy(out->data() + offset, bytes, n);
+  }
+};
+
+// FIFO messages go to the sink in order, in whole-slot pieces, and `data`
+// stays untouched; single-copy messages ignore the sink and land in `data`.
+TEST(Shm, SinkGetsFifoMessagesPieceByPiece) {
+  Pair p = pairOrDie(smallFifo(1 << 20), smallFifo(1 << 20));
+  ASSERT_TRUE(p.a && p.b);
+  const size_t slot = p.a->slotBytes();
+  for (size_t bytes : {size_t(5), size_t(24), size_t(25), slot, 3 * slot + 40, size_t(2) << 20}) {
+    std::vector<uint8_t> out(bytes), viaSink(bytes, 0), data(bytes, 0xee);
+    for (size_t i = 0; i < bytes; ++i) out[i] = uint8_t(i * 7 + bytes);
+    RecordingSink sink(&viaSink);
+    Transfer s{out.data(), bytes}, r{data.data(), bytes};
+    r.sink = &sink;
+    ASSERT_TRUE(p.a->postSend(&s).isOk());
+    ASSERT_TRUE(p.b->postRecv(&r).isOk());
+    const Deadline d = Deadline::afterSeconds(30);
+    while (!(s.done && r.done) && !d.expired()) {
+      ASSERT_TRUE(p.a->progress().isOk());
+      ASSERT_TRUE(p.b->progress().isOk());
+    }
+    ASSERT_TRUE(s.done && r.done) << bytes;
+    const bool pulled = p.a->peerCanPull() && bytes >= (size_t(1) << 20);
+    EXPECT_EQ(r.sunk, !pulled) << bytes;
+    if (!r.sunk) {
+      EXPECT_EQ(data, out) << bytes;
+      EXPECT_TRUE(sink.pieces.empty());
+      continue;
+    }
+    EXPECT_EQ(viaSink, out) << bytes;
+    for (uint8_t x : data) ASSERT_EQ(x, 0xee) << "a sunk message must leave data untouched";
+    size_t next = 0;
+    for (auto [offset, n] : sink.pieces) {
+      EXPECT_EQ(offset, next);
+      EXPECT_EQ(n, std::min(slot, bytes - offset)) << "pieces fill whole slots but the last";
+      EXPECT_EQ(offset % kSinkGrain, 0u);
+      next += n;
+    }
+    EXPECT_EQ(next, bytes);
+  }
 }
 
 TEST(Shm, SizeMismatchIsStickyErrorAndWritesNothing) {
