@@ -219,6 +219,11 @@ void Bootstrap::service() {
   }
 }
 
+void Bootstrap::pollFds(std::vector<pollfd>* fds) const {
+  fds->push_back({listener_.get(), POLLIN, 0});
+  for (const Pending& p : pending_) fds->push_back({p.fd.get(), POLLIN, 0});
+}
+
 std::optional<net::UniqueFd> Bootstrap::take(wire::HelloKind kind, int from, uint32_t channel,
                                              uint32_t index) {
   auto it = stash_.find(Key{uint32_t(kind), from, channel, index});

@@ -9,6 +9,8 @@
 // without blocking and stashes authenticated sockets until someone asks.
 #pragma once
 
+#include <poll.h>
+
 #include <atomic>
 #include <map>
 #include <memory>
@@ -72,6 +74,9 @@ class Bootstrap {
                                     Deadline deadline, const std::atomic<bool>* abort);
   // Accepts and reads pending connections without blocking.
   void service();
+  // What service() waits on: the listener and connections whose hello is
+  // still arriving.
+  void pollFds(std::vector<pollfd>* fds) const;
   // An authenticated socket stashed by service(), if it arrived.
   std::optional<net::UniqueFd> take(wire::HelloKind kind, int from, uint32_t channel, uint32_t index);
   // Sockets announced by `from` for its data connection to us (0: none yet).

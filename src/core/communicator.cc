@@ -51,14 +51,14 @@ CommOptions CommOptions::fromSettings() {
   auto cfg = settings::current();
   CommOptions o;
   o.blocking = cfg->getInt("NCCL_COMM_BLOCKING") != 0;
-  o.socketsPerPeer = int(std::clamp<int64_t>(cfg->getInt("LOOM_SOCKETS_PER_PEER"), 1, 16));
-  o.stripeMin = size_t(std::max<int64_t>(cfg->getInt("LOOM_SOCKET_STRIPE_MIN"), 4096));
+  o.link.socketsPerPeer = int(std::clamp<int64_t>(cfg->getInt("LOOM_SOCKETS_PER_PEER"), 1, 16));
+  o.link.stripeMin = size_t(std::max<int64_t>(cfg->getInt("LOOM_SOCKET_STRIPE_MIN"), 4096));
   int64_t chunk = cfg->getInt("LOOM_CHUNK_BYTES");
   if (chunk <= 0) chunk = std::max<int64_t>(cfg->getInt("NCCL_BUFFSIZE") / 8, 64 * 1024);
   o.sliceBytes = size_t(std::max<int64_t>(chunk, 4096));
   o.timeoutS = double(cfg->getInt("LOOM_TIMEOUT_S"));
   o.initTimeoutS = double(std::max<int64_t>(cfg->getInt("LOOM_INIT_TIMEOUT_S"), 1));
-  o.shmEnabled = !cfg->getBool("NCCL_SHM_DISABLE");
+  o.link.shmEnabled = !cfg->getBool("NCCL_SHM_DISABLE");
   return o;
 }
 
@@ -180,7 +180,7 @@ Status Communicator::finishInit() {
   LOOM_TRY(connectAll(ring, Deadline::afterSeconds(options_.initTimeoutS)));
   state_.store(State::kReady);
   LOOM_INFO(log::kInit, "%s ready (%d ranks, %d sockets per peer)", describe().c_str(), nranks_,
-            options_.socketsPerPeer);
+            options_.link.socketsPerPeer);
   return Status::ok();
 }
 
@@ -253,10 +253,7 @@ Status Communicator::connectStep(const std::vector<int>& peers, bool* ready) {
     if (connPtrs_[size_t(p)]) continue;
     auto& link = links_[p];
     if (!link) {
-      LinkOptions lo;
-      lo.socketsPerPeer = options_.socketsPerPeer;
-      lo.stripeMin = options_.stripeMin;
-      lo.shmEnabled = options_.shmEnabled;
+      LinkOptions lo = options_.link;
       lo.connectTimeoutS = options_.initTimeoutS;
       link = std::make_unique<PeerLink>(rank_, p, lo);
     }
@@ -292,8 +289,16 @@ Status Communicator::connectAll(const std::vector<int>& peers, Deadline deadline
         if (!connPtrs_[size_t(p)]) missing += " " + describePeer(p);
       return remoteError("timed out waiting for data connections from:" + missing);
     }
-    pollfd fd{bootstrap_->listenFd(), POLLIN, 0};
-    ::poll(&fd, 1, 20);
+    // Sleep until the listener, a link's socket or an abort has news; the
+    // cap only bounds how late the deadline is noticed.
+    std::vector<pollfd> fds{{wakeFd_.get(), POLLIN, 0}};
+    {
+      std::lock_guard<std::mutex> lock(listenMutex_);
+      bootstrap_->service();
+      bootstrap_->pollFds(&fds);
+    }
+    for (const auto& [peer, link] : links_) link->pollFds(&fds);
+    ::poll(fds.data(), fds.size(), 200);
   }
 }
 

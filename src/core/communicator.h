@@ -33,12 +33,10 @@ constexpr size_t kUniqueIdBytes = 128;
 struct CommOptions {
   bool blocking = true;
   std::string name;
-  int socketsPerPeer = 2;
-  size_t stripeMin = 64 * 1024;
+  LinkOptions link;  // its connectTimeoutS follows initTimeoutS
   size_t sliceBytes = 512 * 1024;
   double timeoutS = 1800;
   double initTimeoutS = 300;
-  bool shmEnabled = true;  // NCCL_SHM_DISABLE=0
   // Filled from the settings; the API layer then applies ncclConfig_t.
   static CommOptions fromSettings();
 };

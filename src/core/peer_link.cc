@@ -58,6 +58,10 @@ PeerLink::PeerLink(int self, int peer, const LinkOptions& options)
 
 std::unique_ptr<Connection> PeerLink::take() { return std::move(result_); }
 
+void PeerLink::pollFds(std::vector<pollfd>* fds) const {
+  if ((phase_ == Phase::kOffer || phase_ == Phase::kVerdict) && tcp_) tcp_->pollFds(fds);
+}
+
 Status PeerLink::advance(Bootstrap& bootstrap, const std::atomic<bool>* abort, bool* ready) {
   *ready = false;
   switch (phase_) {

@@ -36,6 +36,9 @@ class PeerLink {
   Status advance(Bootstrap& bootstrap, const std::atomic<bool>* abort, bool* ready);
   // The connection, once ready (ownership moves to the caller).
   std::unique_ptr<transport::Connection> take();
+  // Descriptors whose readiness lets advance() move on (besides the
+  // bootstrap listener, which the caller polls).
+  void pollFds(std::vector<pollfd>* fds) const;
 
  private:
   enum class Phase { kTcp, kOffer, kVerdict, kReady };
