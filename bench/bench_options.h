@@ -1,6 +1,6 @@
 // Flags shared by loom's kernel benchmarks (taken out of argv before Google
 // Benchmark sees it):
-//   --isa=auto|all|avx512|avx2|scalar   host levels to measure (host bench only)
+//   --isa=auto|all|avx512vbmi|avx512|avx2|scalar   host levels to measure (host bench only)
 //   --sources=N        sources per reduce (default 2: one partial + local)
 //   --types=a,b        data types (nccl-tests names; default all)
 //   --ops=a,b          sum,prod,max,min,premulsum,sumpostdiv (default all)

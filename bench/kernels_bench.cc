@@ -8,7 +8,7 @@
 // per buffer moves 3B. Each benchmark reports "GB/s" and "x_base" (ratio to
 // its baseline at the same size); a summary table ends the run.
 //
-// Own flags: bench/bench_options.h (--isa=auto|all|avx512|avx2|scalar: auto
+// Own flags: bench/bench_options.h (--isa=auto|all|avx512vbmi|avx512|avx2|scalar: auto
 // measures the level reduce() uses, all every level the CPU runs).
 // --benchmark_min_time defaults to 0.1 s here; use --benchmark_repetitions=N
 // for medians on a noisy machine. Times are CPU time of the benchmark
@@ -50,7 +50,7 @@ bool chooseLevels(const std::string& isa, std::vector<CpuIsa>* levels) {
   }
   CpuIsa level;
   if (!kernels::parseCpuIsa(isa, &level)) {
-    std::fprintf(stderr, "loom_bench_kernels: --isa=%s: use auto, all, avx512, avx2 or scalar\n", isa.c_str());
+    std::fprintf(stderr, "loom_bench_kernels: --isa=%s: use auto, all, avx512vbmi, avx512, avx2 or scalar\n", isa.c_str());
     return false;
   }
   if (!kernels::cpuIsaSupported(level)) {

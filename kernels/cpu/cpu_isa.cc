@@ -42,7 +42,10 @@ CpuIsa detect() {
   const bool avx512dq = (ebx >> 17) & 1u;
   const bool avx512bw = (ebx >> 30) & 1u;
   const bool avx512vl = (ebx >> 31) & 1u;
-  if (zmmState && avx512f && avx512dq && avx512bw && avx512vl) return CpuIsa::kAvx512;
+  const bool avx512vbmi = (ecx >> 1) & 1u;
+  if (zmmState && avx512f && avx512dq && avx512bw && avx512vl) {
+    return avx512vbmi ? CpuIsa::kAvx512Vbmi : CpuIsa::kAvx512;
+  }
   return CpuIsa::kAvx2;
 }
 #else
@@ -58,7 +61,7 @@ CpuKernelConfig resolveDefaultConfig() {
   if (parseCpuIsa(text, &parsed)) {
     requested = parsed;
   } else if (!text.empty() && strcasecmp(text.c_str(), "auto") != 0) {
-    LOOM_WARN("LOOM_CPU_ISA=%s is not one of auto, avx512, avx2, scalar; using auto", text.c_str());
+    LOOM_WARN("LOOM_CPU_ISA=%s is not one of auto, avx512vbmi, avx512, avx2, scalar; using auto", text.c_str());
   }
   bool downgraded = false;
   config.isa = chooseCpuIsa(requested, detectedCpuIsa(), &downgraded);
@@ -89,6 +92,7 @@ const char* cpuIsaName(CpuIsa isa) {
     case CpuIsa::kScalar: return "scalar";
     case CpuIsa::kAvx2: return "avx2";
     case CpuIsa::kAvx512: return "avx512";
+    case CpuIsa::kAvx512Vbmi: return "avx512vbmi";
   }
   return "unknown";
 }

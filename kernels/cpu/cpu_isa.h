@@ -20,11 +20,14 @@ enum class CpuIsa : int {
   kScalar = 0,  // portable C++ at the build's baseline ISA
   kAvx2 = 1,    // AVX2 + F16C (no FMA: ops never fuse a multiply into an add)
   kAvx512 = 2,  // AVX-512 F, BW, VL, DQ (+ AVX2, F16C)
+  // kAvx512 + VBMI (Ice Lake, Zen 4 and later): byte permutes from 128-entry
+  // tables make the fp8 kernels much cheaper; every other type runs kAvx512's.
+  kAvx512Vbmi = 3,
 };
-inline constexpr CpuIsa kAllCpuIsas[] = {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512};
+inline constexpr CpuIsa kAllCpuIsas[] = {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512, CpuIsa::kAvx512Vbmi};
 
-const char* cpuIsaName(CpuIsa isa);  // "scalar", "avx2", "avx512"
-// Parses "scalar", "avx2" or "avx512" (case-insensitive). False otherwise.
+const char* cpuIsaName(CpuIsa isa);  // "scalar", "avx2", "avx512", "avx512vbmi"
+// Parses "scalar", "avx2", "avx512" or "avx512vbmi" (case-insensitive). False otherwise.
 bool parseCpuIsa(std::string_view text, CpuIsa* out);
 
 // Highest level this CPU and OS run (detected once, with cpuid/xgetbv).
@@ -51,7 +54,7 @@ struct CpuKernelConfig {
 };
 
 // The process-wide configuration, resolved on first use from the settings
-// LOOM_CPU_ISA (auto|avx512|avx2|scalar; asking for a level the CPU lacks
+// LOOM_CPU_ISA (auto|avx512vbmi|avx512|avx2|scalar; asking for a level the CPU lacks
 // logs one warning and uses the best available one) and
 // LOOM_CPU_STREAMING_BYTES. Thread-safe; never changes afterwards.
 const CpuKernelConfig& defaultCpuKernelConfig();

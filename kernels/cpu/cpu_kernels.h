@@ -40,6 +40,7 @@ struct KernelTable {
 const KernelTable& scalarKernels();
 const KernelTable* avx2Kernels();    // null where not built (not x86)
 const KernelTable* avx512Kernels();  // null where not built (not x86)
+const KernelTable* avx512VbmiKernels();  // null where not built (not x86)
 
 // Reduction::scalar as a T (its low bytes).
 template <typename T>

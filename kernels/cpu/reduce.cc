@@ -14,7 +14,10 @@ using cpu::Byte;
 
 const cpu::KernelTable& tableFor(CpuIsa isa) {
   if (!cpuIsaSupported(isa)) isa = detectedCpuIsa();
-  if (isa == CpuIsa::kAvx512) {
+  if (isa == CpuIsa::kAvx512Vbmi) {
+    if (const cpu::KernelTable* t = cpu::avx512VbmiKernels()) return *t;
+  }
+  if (isa >= CpuIsa::kAvx512) {
     if (const cpu::KernelTable* t = cpu::avx512Kernels()) return *t;
   }
   if (isa >= CpuIsa::kAvx2) {

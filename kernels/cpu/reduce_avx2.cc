@@ -111,6 +111,7 @@ struct Simd {
 
   // fp8 lines in the word layout (see reduce_avx512.cc and Fp8Elem).
   static constexpr bool kHasFp8Words = true;
+  static constexpr bool kHasFp8Tables = false;
   // w[0..3]: the line's bytes as the high bytes of words.
   LOOM_SIMD_INLINE static void loadLineAsHighBytes(const Byte* p, I* w) {
     for (int h = 0; h < 2; ++h) {

@@ -1,4 +1,5 @@
-// Host kernels for AVX-512 (F, BW, VL, DQ) + F16C: 16 floats per vector.
+// Host kernels for AVX-512 (F, BW, VL, DQ) + F16C: 16 floats per vector;
+// and the AVX-512 + VBMI level, which differs in the fp8 types only.
 //
 // Built at the baseline ISA like the rest of the library; only the functions
 // marked LOOM_SIMD_TARGET use AVX-512, and they run only after cpu_isa.cc
@@ -116,6 +117,7 @@ struct Simd {
   // simd_reduce_impl.h): unpacking a 64-byte line against zero gives its
   // bytes as 16-bit words in two registers, and packus restores the order.
   static constexpr bool kHasFp8Words = true;
+  static constexpr bool kHasFp8Tables = false;  // see the VBMI level below
   // w[0], w[1]: the line's bytes as the high bytes of words.
   LOOM_SIMD_INLINE static void loadLineAsHighBytes(const Byte* p, I* w) {
     const I v = _mm512_loadu_si512(p);
@@ -259,10 +261,154 @@ struct Simd {
 #undef LOOM_SIMD_INLINE
 #undef LOOM_UNROLL
 
+// ---- AVX-512 + VBMI: the fp8 types through byte tables ---------------------------
+//
+// VBMI's two-table byte permute (vpermi2b) looks up 64 bytes at once in a
+// 128-entry table. Loads widen fp8 through tables of bfloat16 patterns (every
+// fp8 value, and e4m3's value * 2^-8, is exact in bfloat16; the float is then
+// the pattern in the top half of a lane: no F16C conversion); stores take
+// the halves that the float->half conversion gives and round them to fp8
+// with byte arithmetic on all 64 elements at once. The element order inside
+// a line: see fp8LineToFloats. The other types run the AVX-512 kernels.
+namespace vbmi {
+
+using Base = Simd;  // the AVX-512 traits above
+
+#define LOOM_SIMD_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi,avx2,f16c")))
+#define LOOM_SIMD_INLINE \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi,avx2,f16c"), always_inline)) inline
+
+struct Fp8Tables {
+  // High and low bytes of the bfloat16 pattern of each magnitude code
+  // (e4m3: of value * 2^-8, the lanes' scaling; see Fp8Elem). NaNs are
+  // quiet, so every NaN the kernels meet has its quiet bit set.
+  alignas(64) uint8_t e4m3High[128];
+  alignas(64) uint8_t e4m3Low[128];
+  alignas(64) uint8_t e5m2High[128];
+  alignas(64) uint8_t e5m2Low[128];
+  // Byte indices into two half vectors (see floatsToHalves) of each
+  // element's high and low byte, in element order.
+  alignas(64) uint8_t highIndex[64];
+  alignas(64) uint8_t lowIndex[64];
+};
+
+Fp8Tables makeFp8Tables() {
+  Fp8Tables t{};
+  for (uint32_t code = 0; code < 128; ++code) {
+    uint32_t e5m2 = detail::Float8e5m2Format::decode(code);
+    if (e5m2 > 0x7f800000u) e5m2 |= 0x00400000u;
+    const float e4m3 = detail::bitsToFloat(detail::Float8e4m3Format::decode(code));
+    const uint32_t e4m3Scaled = std::isnan(e4m3) ? 0x7fc00000u : detail::floatToBits(std::ldexp(e4m3, -8));
+    t.e5m2High[code] = uint8_t(e5m2 >> 24);
+    t.e5m2Low[code] = uint8_t(e5m2 >> 16);
+    t.e4m3High[code] = uint8_t(e4m3Scaled >> 24);
+    t.e4m3Low[code] = uint8_t(e4m3Scaled >> 16);
+  }
+  // Element 16L + j of a line sits in float vector j / 4, lane 4L + j % 4
+  // (fp8LineToFloats); vectors 2k and 2k + 1 become half vector k, words
+  // 0-15 and 16-31.
+  for (uint32_t e = 0; e < 64; ++e) {
+    const uint32_t vec = (e % 16) / 4, lane = 4 * (e / 16) + e % 4;
+    const uint32_t word = (vec % 2) * 16 + lane;
+    t.lowIndex[e] = uint8_t((vec / 2) * 64 + 2 * word);
+    t.highIndex[e] = uint8_t(t.lowIndex[e] + 1);
+  }
+  return t;
+}
+
+const Fp8Tables kFp8Tables = makeFp8Tables();
+
+struct Simd : Base {
+  static constexpr bool kHasFp8Tables = true;
+
+  LOOM_SIMD_INLINE static I loadLine(const Byte* p) { return _mm512_loadu_si512(p); }
+  LOOM_SIMD_INLINE static I table(const uint8_t* p) { return _mm512_load_si512(p); }
+
+  // 64 fp8 bytes -> 4 float vectors: element 16L + j in vector j / 4, lane
+  // 4L + j % 4 (the order two byte and two word unpacks give).
+  template <bool kE5m2>
+  LOOM_SIMD_INLINE static void fp8LineToFloats(I x, F* v) {
+    const uint8_t* high = kE5m2 ? kFp8Tables.e5m2High : kFp8Tables.e4m3High;
+    const uint8_t* low = kE5m2 ? kFp8Tables.e5m2Low : kFp8Tables.e4m3Low;
+    // The permute uses the low 7 bits of each byte; the sign goes back with
+    // ternary logic A | (B & C).
+    const I hi = _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(table(high), x, table(high + 64)), x,
+                                           _mm512_set1_epi8(char(0x80)), 0xf8);
+    const I lo = _mm512_permutex2var_epi8(table(low), x, table(low + 64));
+    const I w0 = _mm512_unpacklo_epi8(lo, hi);
+    const I w1 = _mm512_unpackhi_epi8(lo, hi);
+    const I z = _mm512_setzero_si512();
+    v[0] = _mm512_castsi512_ps(_mm512_unpacklo_epi16(z, w0));
+    v[1] = _mm512_castsi512_ps(_mm512_unpackhi_epi16(z, w0));
+    v[2] = _mm512_castsi512_ps(_mm512_unpacklo_epi16(z, w1));
+    v[3] = _mm512_castsi512_ps(_mm512_unpackhi_epi16(z, w1));
+  }
+  // h[0] = floatsToHalves(v[0], v[1]), h[1] = floatsToHalves(v[2], v[3]):
+  // each element's high or low byte, in element order.
+  LOOM_SIMD_INLINE static I halvesHighBytes(const I* h) {
+    return _mm512_permutex2var_epi8(h[0], table(kFp8Tables.highIndex), h[1]);
+  }
+  LOOM_SIMD_INLINE static I halvesLowBytes(const I* h) {
+    return _mm512_permutex2var_epi8(h[0], table(kFp8Tables.lowIndex), h[1]);
+  }
+  // The line's halves (exact values, see Fp8Elem::narrowToWords) -> fp8
+  // bytes, SATFINITE, as roundHalvesToFp8Words: for e5m2 the fp8 bits are
+  // the half's high byte and the low byte is what rounding drops; for e4m3
+  // (halves of value * 2^-8) the same holds for the half shifted left by
+  // one, below its sign. Round to nearest even on bytes: up when the dropped
+  // byte exceeds 0x80, or equals it and the kept bits are odd. Lines holding
+  // a NaN take the word path.
+  template <bool kE5m2>
+  LOOM_SIMD_INLINE static I roundHalvesToFp8Line(const I* h) {
+    const I one = _mm512_set1_epi8(1);
+    const I sign = halvesHighBytes(h);
+    I kept, dropped;
+    if constexpr (kE5m2) {
+      kept = _mm512_and_si512(sign, _mm512_set1_epi8(0x7f));
+      dropped = halvesLowBytes(h);
+    } else {
+      const I shifted[2] = {_mm512_add_epi16(h[0], h[0]), _mm512_add_epi16(h[1], h[1])};
+      kept = halvesHighBytes(shifted);
+      dropped = halvesLowBytes(shifted);
+    }
+    // Kept bits of an infinity: 0x7c (e5m2), 0xf8 (e4m3); a quiet NaN's are
+    // larger (the float->half conversion keeps NaNs quiet).
+    if (_mm512_cmpgt_epu8_mask(kept, _mm512_set1_epi8(char(kE5m2 ? 0x7c : 0xf8))) != 0) {
+      const I words[2] = {roundHalvesToFp8Words<kE5m2>(h[0]), roundHalvesToFp8Words<kE5m2>(h[1])};
+      return halvesLowBytes(words);
+    }
+    const __mmask64 up = _mm512_cmpgt_epu8_mask(_mm512_adds_epu8(dropped, _mm512_and_si512(kept, one)),
+                                                _mm512_set1_epi8(char(0x80)));
+    I r = _mm512_mask_add_epi8(kept, up, kept, one);
+    r = _mm512_min_epu8(r, _mm512_set1_epi8(char(kE5m2 ? 0x7b : 0x7e)));  // overflow, infinities
+    return _mm512_ternarylogic_epi32(r, sign, _mm512_set1_epi8(char(0x80)), 0xf8);
+  }
+};
+
+#define LOOM_SIMD_FP8_ONLY
+#include "kernels/cpu/simd_reduce_impl.h"
+#undef LOOM_SIMD_FP8_ONLY
+
+#undef LOOM_SIMD_TARGET
+#undef LOOM_SIMD_INLINE
+#undef LOOM_UNROLL
+
+}  // namespace vbmi
+
+void reduceVbmi(const ReduceCall& c) {
+  if (c.type == DataType::kFloat8e4m3 || c.type == DataType::kFloat8e5m2) return vbmi::simdReduceFp8(c);
+  simdReduce(c);
+}
+
 }  // namespace
 
 const KernelTable* avx512Kernels() {
   static const KernelTable table{&simdReduce, &simdStreamCopy};
+  return &table;
+}
+
+const KernelTable* avx512VbmiKernels() {
+  static const KernelTable table{&reduceVbmi, &simdStreamCopy};
   return &table;
 }
 
@@ -272,6 +418,7 @@ const KernelTable* avx512Kernels() {
 
 namespace loom::kernels::cpu {
 const KernelTable* avx512Kernels() { return nullptr; }
+const KernelTable* avx512VbmiKernels() { return nullptr; }
 }  // namespace loom::kernels::cpu
 
 #endif

@@ -212,9 +212,18 @@ LOOM_SIMD_INLINE Simd::F fp8PreRound(Simd::F x) {
 // (kScale = 8). Every op is exact under that scaling (all values stay
 // normal floats), except that a product must be scaled back once
 // (fixProduct). The element order inside a line is permuted the same way for
-// every source and undone by store().
+// every source and undone by store(). Levels with kHasFp8Tables (AVX-512 +
+// VBMI) keep that scaling but widen through byte tables instead of F16C and
+// narrow whole lines of bytes at once (lineBytes(); reduce_avx512.cc).
+// Simd as a name that depends on T, for traits only some levels define.
+template <typename T>
+struct SimdFor {
+  using type = Simd;
+};
+
 template <typename T, typename Fmt>
 struct Fp8Elem {
+  using S = typename SimdFor<T>::type;
   static constexpr bool kRoundsLines = true;  // roundLine() instead of round()
   static constexpr bool kE5m2 = std::is_same_v<T, Float8e5m2>;
   static constexpr int kScale = Simd::kHasFp8Words && !kE5m2 ? 8 : 0;
@@ -222,7 +231,9 @@ struct Fp8Elem {
   static constexpr int kWordVecs = kVecs / 2;  // 16-bit lanes: two float vectors each
 
   LOOM_SIMD_INLINE static void load(const Byte* p, Simd::F* v) {
-    if constexpr (Simd::kHasFp8Words) {
+    if constexpr (Simd::kHasFp8Tables) {
+      S::template fp8LineToFloats<kE5m2>(S::loadLine(p), v);
+    } else if constexpr (Simd::kHasFp8Words) {
       Simd::I w[kWordVecs];
       Simd::loadLineAsHighBytes(p, w);
       LOOM_UNROLL
@@ -272,9 +283,30 @@ struct Fp8Elem {
       }
     }
   }
+  // Table layout (kHasFp8Tables): the line's fp8 bytes, in element order.
+  // kExactInHalf as for narrowToWords.
+  template <bool kExactInHalf>
+  LOOM_SIMD_INLINE static Simd::I lineBytes(const Simd::F* v) {
+    Simd::I h[2];
+    if constexpr (kExactInHalf) {
+      h[0] = Simd::floatsToHalves(v[0], v[1]);
+      h[1] = Simd::floatsToHalves(v[2], v[3]);
+      return S::template roundHalvesToFp8Line<kE5m2>(h);
+    } else {
+      LOOM_UNROLL
+      for (int k = 0; k < 2; ++k) {
+        const Simd::F r0 = fp8PreRound<Fmt, kScale, kE5m2>(v[2 * k]);
+        const Simd::F r1 = fp8PreRound<Fmt, kScale, kE5m2>(v[2 * k + 1]);
+        h[k] = Simd::template halvesToFp8Words<kE5m2>(Simd::floatsToHalves(r0, r1));
+      }
+      return S::halvesLowBytes(h);
+    }
+  }
   // round() on a whole line (results of ops, always exact in half).
   LOOM_SIMD_INLINE static void roundLine(Simd::F* v) {
-    if constexpr (Simd::kHasFp8Words) {
+    if constexpr (Simd::kHasFp8Tables) {
+      S::template fp8LineToFloats<kE5m2>(lineBytes<true>(v), v);
+    } else if constexpr (Simd::kHasFp8Words) {
       Simd::I w[kWordVecs];
       narrowToWords<true>(v, w);
       LOOM_UNROLL
@@ -289,7 +321,9 @@ struct Fp8Elem {
   }
   template <bool kExactInHalf>
   LOOM_SIMD_INLINE static void store(Byte* p, const Simd::F* v, bool stream) {
-    if constexpr (Simd::kHasFp8Words) {
+    if constexpr (Simd::kHasFp8Tables) {
+      S::storeLine(p, lineBytes<kExactInHalf>(v), stream);
+    } else if constexpr (Simd::kHasFp8Words) {
       Simd::I w[kWordVecs];
       narrowToWords<kExactInHalf>(v, w);
       Simd::storeLineFromWords(p, w, stream);
@@ -715,6 +749,13 @@ LOOM_SIMD_TARGET void reduceNative(const ReduceCall& c) {
   }
 }
 
+#if defined(LOOM_SIMD_FP8_ONLY)
+// Only the fp8 types (the including level runs the others elsewhere).
+LOOM_SIMD_TARGET void simdReduceFp8(const ReduceCall& c) {
+  if (c.type == DataType::kFloat8e4m3) return reduceFloatDomain<Float8e4m3>(c);
+  reduceFloatDomain<Float8e5m2>(c);
+}
+#else
 LOOM_SIMD_TARGET void simdReduce(const ReduceCall& c) {
   switch (c.type) {
     case DataType::kInt8: return reduceNative<int8_t>(c);
@@ -741,3 +782,4 @@ LOOM_SIMD_TARGET void simdStreamCopy(Byte* dst, const Byte* src, size_t bytes) {
   std::memcpy(dst + head + lines, src + head + lines, bytes - head - lines);
   Simd::fence();
 }
+#endif  // LOOM_SIMD_FP8_ONLY

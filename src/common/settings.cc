@@ -85,7 +85,8 @@ constexpr Spec kTable[] = {
 
     // Host reduction kernels (kernels/)
     {"LOOM_CPU_ISA", T::kString, "auto", "INIT",
-     "Instruction set of the host reduce/copy kernels: auto (the best the CPU has), avx512, avx2 "
+     "Instruction set of the host reduce/copy kernels: auto (the best the CPU has), avx512vbmi (avx512 "
+     "plus faster fp8), avx512, avx2 "
      "or scalar. Asking for one the CPU lacks logs a warning and uses the best available one. "
      "Results are bit-identical at every level; only speed differs."},
     {"LOOM_CPU_STREAMING_BYTES", T::kInt, "8388608", "TUNING",

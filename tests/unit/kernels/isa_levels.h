@@ -54,7 +54,8 @@ struct LevelNames {
 
 inline std::string isaParamName(const ::testing::TestParamInfo<CpuIsa>& info) { return cpuIsaName(info.param); }
 
-inline const auto kAllLevels = ::testing::Values(CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512);
+inline const auto kAllLevels =
+    ::testing::Values(CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512, CpuIsa::kAvx512Vbmi);
 
 }  // namespace loom::kernels::test
 

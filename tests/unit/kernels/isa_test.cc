@@ -62,7 +62,11 @@ TEST(CpuIsa, DetectionAgreesWithTheCompilerRuntime) {
   const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
   const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
-  const CpuIsa expected = avx512 ? CpuIsa::kAvx512 : avx2 ? CpuIsa::kAvx2 : CpuIsa::kScalar;
+  const bool vbmi = avx512 && __builtin_cpu_supports("avx512vbmi");
+  const CpuIsa expected = vbmi     ? CpuIsa::kAvx512Vbmi
+                          : avx512 ? CpuIsa::kAvx512
+                          : avx2   ? CpuIsa::kAvx2
+                                   : CpuIsa::kScalar;
   EXPECT_EQ(detectedCpuIsa(), expected) << "detected " << cpuIsaName(detectedCpuIsa());
   EXPECT_TRUE(cpuIsaSupported(CpuIsa::kScalar));
   EXPECT_TRUE(cpuIsaSupported(defaultCpuKernelConfig().isa));
@@ -103,7 +107,8 @@ class BitIdentity : public ::testing::TestWithParam<CpuIsa> {
  protected:
   void SetUp() override { LOOM_SKIP_UNLESS_CPU_RUNS(GetParam()); }
 };
-INSTANTIATE_TEST_SUITE_P(Levels, BitIdentity, ::testing::Values(CpuIsa::kAvx2, CpuIsa::kAvx512),
+INSTANTIATE_TEST_SUITE_P(Levels, BitIdentity,
+                         ::testing::Values(CpuIsa::kAvx2, CpuIsa::kAvx512, CpuIsa::kAvx512Vbmi),
                          test::isaParamName);
 
 // Every level gives the scalar level's bytes. The one freedom: when two NaN
@@ -209,7 +214,8 @@ class Fp32AccumulationTest : public ::testing::Test {
   void SetUp() override { LOOM_SKIP_UNLESS_CPU_RUNS(P::kIsa); }
 };
 #define LOOM_AT_LEVELS(T)                                                                  \
-  test::AtLevel<T, CpuIsa::kScalar>, test::AtLevel<T, CpuIsa::kAvx2>, test::AtLevel<T, CpuIsa::kAvx512>
+  test::AtLevel<T, CpuIsa::kScalar>, test::AtLevel<T, CpuIsa::kAvx2>, test::AtLevel<T, CpuIsa::kAvx512>, \
+      test::AtLevel<T, CpuIsa::kAvx512Vbmi>
 using NarrowAllLevels = ::testing::Types<LOOM_AT_LEVELS(Half), LOOM_AT_LEVELS(Bfloat16), LOOM_AT_LEVELS(Float8e4m3),
                                          LOOM_AT_LEVELS(Float8e5m2)>;
 #undef LOOM_AT_LEVELS

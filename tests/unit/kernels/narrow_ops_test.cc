@@ -103,7 +103,9 @@ class Fp8OpsTest : public ::testing::Test {
   static CpuKernelConfig config(bool streaming = false) { return configFor(P::kIsa, streaming); }
   std::vector<T> a_, b_;
 };
-#define LOOM_AT_LEVELS(T) AtLevel<T, CpuIsa::kScalar>, AtLevel<T, CpuIsa::kAvx2>, AtLevel<T, CpuIsa::kAvx512>
+#define LOOM_AT_LEVELS(T)                                                                            \
+  AtLevel<T, CpuIsa::kScalar>, AtLevel<T, CpuIsa::kAvx2>, AtLevel<T, CpuIsa::kAvx512>,               \
+      AtLevel<T, CpuIsa::kAvx512Vbmi>
 using Fp8TypesAllLevels = ::testing::Types<LOOM_AT_LEVELS(Float8e4m3), LOOM_AT_LEVELS(Float8e5m2)>;
 TYPED_TEST_SUITE(Fp8OpsTest, Fp8TypesAllLevels, test::LevelNames);
 

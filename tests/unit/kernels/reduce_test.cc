@@ -182,11 +182,14 @@ class ReduceTest : public ::testing::Test {
   static CpuKernelConfig config(bool streaming) { return configFor(P::kIsa, streaming); }
 };
 #define LOOM_AT_LEVELS(T) AtLevel<T, CpuIsa::kScalar>, AtLevel<T, CpuIsa::kAvx2>, AtLevel<T, CpuIsa::kAvx512>
+// avx512vbmi differs from avx512 in the fp8 types only.
+#define LOOM_AT_FP8_LEVELS(T) LOOM_AT_LEVELS(T), AtLevel<T, CpuIsa::kAvx512Vbmi>
 using AllTypesAllLevels =
     ::testing::Types<LOOM_AT_LEVELS(int8_t), LOOM_AT_LEVELS(uint8_t), LOOM_AT_LEVELS(int32_t),
                      LOOM_AT_LEVELS(uint32_t), LOOM_AT_LEVELS(int64_t), LOOM_AT_LEVELS(uint64_t),
                      LOOM_AT_LEVELS(Half), LOOM_AT_LEVELS(float), LOOM_AT_LEVELS(double),
-                     LOOM_AT_LEVELS(Bfloat16), LOOM_AT_LEVELS(Float8e4m3), LOOM_AT_LEVELS(Float8e5m2)>;
+                     LOOM_AT_LEVELS(Bfloat16), LOOM_AT_FP8_LEVELS(Float8e4m3), LOOM_AT_FP8_LEVELS(Float8e5m2)>;
+#undef LOOM_AT_FP8_LEVELS
 #undef LOOM_AT_LEVELS
 TYPED_TEST_SUITE(ReduceTest, AllTypesAllLevels, test::LevelNames);
 
