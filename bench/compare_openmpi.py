@@ -10,6 +10,12 @@ results (all_reduce_perf -c 1, which fails the script on a wrong value);
 later rounds only time, since building the check data costs more than the
 collectives themselves.
 
+Both programs move their buffers between calls the way nccl-tests does
+(call i uses offset (i % (max/size)) * size of a max-sized buffer), so a
+small size is timed on data the previous call did not leave in the caches.
+--hot runs every size on its own instead (-b = -e), which keeps the buffers
+in place: the cache-resident case.
+
   bench/compare_openmpi.py --build build --ranks 2,4 -b 1M -e 256M --rounds 3
 
 Needs Debian's openmpi-bin and libopenmpi-dev (installed with apt-get when
@@ -47,6 +53,11 @@ def build_mpi(build):
     return exe
 
 
+def parse_size(text):
+    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1].upper(), 1)
+    return int(float(text[:-1] if scale > 1 else text) * scale)
+
+
 def parse(text, pattern):
     rows = {}
     for line in text.splitlines():
@@ -76,6 +87,7 @@ def main():
     ap.add_argument("-n", default="20", help="timed iterations per size")
     ap.add_argument("-w", default="2", help="warm-up iterations per size")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--hot", action="store_true", help="one run per size: buffers stay in place (cache-hot)")
     args = ap.parse_args()
     build = os.path.abspath(args.build)
     ensure_mpi()
@@ -83,16 +95,28 @@ def main():
     loomrun = os.path.join(build, "bin", "loomrun")
     perf = os.path.join(build, "bin", "all_reduce_perf")
     mpi_env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    ranges = [(args.b, args.e)]
+    if args.hot:
+        ranges = []
+        size, end = parse_size(args.b), parse_size(args.e)
+        while size <= end:
+            ranges.append((str(size), str(size)))
+            size *= 2
     for n in [int(x) for x in args.ranks.split(",")]:
         loom_runs, mpi_runs = [], []
         for r in range(args.rounds):
-            loom_runs.append(parse(run([loomrun, "-n", str(n), perf, "-b", args.b, "-e", args.e, "-f", "2",
-                                        "-n", args.n, "-w", args.w, "-c", "1" if r == 0 else "0"]), ROW))
-            mpi_runs.append(parse(run(["mpirun", "--oversubscribe", "--allow-run-as-root", "-np", str(n),
-                                       "--mca", "btl", "self,vader", "--mca", "pml", "ob1",
-                                       mpi_exe, "-b", args.b, "-e", args.e, "-f", "2", "-n", args.n,
-                                       "-w", args.w], env=mpi_env), MPI_ROW))
-        print("\n# %d ranks, float sum, %d rounds (A B alternating); medians; ratio = loom / Open MPI" % (n, args.rounds))
+            loom, mpi = {}, {}
+            for b, e in ranges:
+                loom.update(parse(run([loomrun, "-n", str(n), perf, "-b", b, "-e", e, "-f", "2", "-n", args.n,
+                                       "-w", args.w, "-c", "1" if r == 0 else "0"]), ROW))
+                mpi.update(parse(run(["mpirun", "--oversubscribe", "--allow-run-as-root", "-np", str(n),
+                                      "--mca", "btl", "self,vader", "--mca", "pml", "ob1",
+                                      mpi_exe, "-b", b, "-e", e, "-f", "2", "-n", args.n,
+                                      "-w", args.w], env=mpi_env), MPI_ROW))
+            loom_runs.append(loom)
+            mpi_runs.append(mpi)
+        print("\n# %d ranks, float sum, %d rounds (A B alternating)%s; medians; ratio = loom / Open MPI" %
+              (n, args.rounds, ", hot buffers" if args.hot else ""))
         print("#%11s  %9s %9s %7s %7s  %9s %9s %7s %7s" % ("size(B)", "loom oop", "mpi oop", "busbw", "time",
                                                          "loom ip", "mpi ip", "busbw", "time"))
         for size in sorted(loom_runs[0]):

@@ -3,7 +3,10 @@
  * line up with loom's all_reduce_perf: per size, `warmup` untimed calls,
  * then `iters` timed calls, wall clock per call averaged over the ranks,
  * algbw = bytes / time, busbw = algbw * 2(n-1)/n; out-of-place, then in-place
- * (MPI_IN_PLACE). Float sum. Results are checked once per size.
+ * (MPI_IN_PLACE). Float sum. Results are checked once per size. Like
+ * nccl-tests (and loom's perf tools), call i works on the buffers shifted by
+ * (i % (maxBytes / bytes)) * bytes, so small sizes are not timed on data that
+ * stays in the caches from the call before.
  *
  *   mpirun -np 2 ./mpi_allreduce_perf -b 1M -e 256M -f 2 [-n iters] [-w warmup]
  */
@@ -40,11 +43,16 @@ int main(int argc, char** argv) {
     else if (!strcmp(argv[i], "-w")) warmup = atoi(argv[i + 1]);
   }
   size_t maxCount = maxBytes / sizeof(float);
-  float* send = malloc(maxCount * sizeof(float) + 64);
-  float* recv = malloc(maxCount * sizeof(float) + 64);
-  if (!send || !recv) {
+  float* sendBase = malloc(maxCount * sizeof(float) + 64);
+  float* recvBase = malloc(maxCount * sizeof(float) + 64);
+  if (!sendBase || !recvBase) {
     fprintf(stderr, "mpi_allreduce_perf: out of memory\n");
     MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  /* Touch every page before timing (as loom's perf tools do). */
+  for (size_t i = 0; i < maxCount; ++i) {
+    sendBase[i] = (float)((rank + i) % 7);
+    recvBase[i] = 0.0f;
   }
   if (rank == 0) {
     printf("# mpi_allreduce_perf: %d ranks, float sum, iters %d, warmup %d\n", n, iters, warmup);
@@ -54,17 +62,21 @@ int main(int argc, char** argv) {
   long wrongTotal = 0;
   for (size_t bytes = minBytes; bytes <= maxBytes; bytes *= (size_t)factor) {
     size_t count = bytes / sizeof(float);
+    size_t steps = maxBytes / bytes > 0 ? maxBytes / bytes : 1;
+    float* send = sendBase;
+    float* recv = recvBase;
     double us[2];
     for (int inPlace = 0; inPlace < 2; ++inPlace) {
-      for (size_t i = 0; i < count; ++i) {
-        send[i] = (float)((rank + i) % 7);
-        recv[i] = inPlace ? send[i] : 0.0f;
-      }
       for (int i = 0; i < warmup; ++i) {
+        send = sendBase + (size_t)(i % steps) * count;
+        recv = recvBase + (size_t)(i % steps) * count;
         if (inPlace) MPI_Allreduce(MPI_IN_PLACE, recv, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
         else MPI_Allreduce(send, recv, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
       }
       /* Check one fresh call. */
+      send = sendBase;
+      recv = recvBase;
+      for (size_t i = 0; i < count; ++i) send[i] = (float)((rank + i) % 7);
       for (size_t i = 0; i < count; ++i) recv[i] = inPlace ? send[i] : 0.0f;
       if (inPlace) MPI_Allreduce(MPI_IN_PLACE, recv, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
       else MPI_Allreduce(send, recv, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
@@ -78,6 +90,8 @@ int main(int argc, char** argv) {
       MPI_Barrier(MPI_COMM_WORLD);
       double t0 = MPI_Wtime();
       for (int i = 0; i < iters; ++i) {
+        send = sendBase + (size_t)(i % steps) * count;
+        recv = recvBase + (size_t)(i % steps) * count;
         if (inPlace) MPI_Allreduce(MPI_IN_PLACE, recv, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
         else MPI_Allreduce(send, recv, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
       }
@@ -96,8 +110,8 @@ int main(int argc, char** argv) {
   long wrongAll = 0;
   MPI_Allreduce(&wrongTotal, &wrongAll, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
   if (rank == 0) printf("# wrong elements: %ld\n", wrongAll);
-  free(send);
-  free(recv);
+  free(sendBase);
+  free(recvBase);
   MPI_Finalize();
   return wrongAll ? 1 : 0;
 }

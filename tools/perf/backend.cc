@@ -22,6 +22,10 @@ class HostBackend final : public Backend {
     if (pointer == nullptr) {
       return systemError("cannot allocate " + std::to_string(bytes) + " bytes of host memory; lower -e (maxbytes)");
     }
+    // Touch every page now: untouched memory reads as the kernel's shared
+    // zero page, which is always cached and would flatter every timing that
+    // reads a buffer no earlier call wrote (out-of-place sends without -c).
+    std::memset(pointer, 0, bytes);
     return pointer;
   }
   void release(void* pointer) override { std::free(pointer); }
