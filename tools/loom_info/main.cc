@@ -12,6 +12,7 @@
 
 #include "build_info.h"
 #include "common/settings.h"
+#include "kernels/cpu/cpu_isa.h"
 
 namespace {
 
@@ -81,7 +82,10 @@ int main(int argc, char** argv) {
   std::printf("features:\n");
   std::printf("  cuda        %s\n", LOOM_BUILD_CUDA_ENABLED ? "compiled in" : "not compiled in");
   std::printf("  buffers     host%s\n", LOOM_BUILD_CUDA_ENABLED ? " (cuda data path: not yet)" : "");
-  std::printf("  transports  loopback (same rank), tcp (sockets)\n");
+  std::printf("  transports  loopback (same rank), shm (same host, host buffers), tcp (sockets)\n");
+  std::printf("  kernels     host: %s (this CPU runs up to %s; LOOM_CPU_ISA)\n",
+              loom::kernels::cpuIsaName(loom::kernels::defaultCpuKernelConfig().isa),
+              loom::kernels::cpuIsaName(loom::kernels::detectedCpuIsa()));
   if (brief) return 0;
   std::printf("\nsettings (environment, then NCCL_CONF_FILE / ~/.nccl.conf / /etc/nccl.conf, then default):\n\n");
   for (const auto& s : loom::settings::table()) {
