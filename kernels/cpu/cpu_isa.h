@@ -49,7 +49,8 @@ struct CpuKernelConfig {
   // reduce touching >= 24 MiB, beyond a core's share of a server L3. Below
   // that the result stays cached for whoever reads it next. An sfence ends
   // every streaming call, so the data is ordered before any later store
-  // (e.g. a ready flag) of the calling thread.
+  // (e.g. a ready flag) of the calling thread. fp8 reductions never stream
+  // (bound by arithmetic, they measured slower with it).
   size_t streamingMinBytes = SIZE_MAX;
 };
 

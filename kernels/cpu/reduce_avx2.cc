@@ -111,6 +111,7 @@ struct Simd {
 
   // fp8 lines in the word layout (see reduce_avx512.cc and Fp8Elem).
   static constexpr bool kHasFp8Words = true;
+  static constexpr bool kHasFp8Lines = false;
   static constexpr bool kHasFp8Tables = false;
   // w[0..3]: the line's bytes as the high bytes of words.
   LOOM_SIMD_INLINE static void loadLineAsHighBytes(const Byte* p, I* w) {
@@ -127,6 +128,17 @@ struct Simd {
   LOOM_SIMD_INLINE static I floatsToHalves(F a, F b) { return _mm256_set_m128i(narrowHalf(b), narrowHalf(a)); }
   // e4m3 bytes (high bytes of words) -> halves of value * 2^-8 (see
   // reduce_avx512.cc).
+  // Whether the 64-byte line holds e4m3's NaN (S.1111.111): lines without
+  // one skip e4m3WordsToScaledHalves' fix-up.
+  LOOM_SIMD_INLINE static bool lineHasE4m3Nan(const Byte* p) {
+    const I ones = _mm256_set1_epi8(char(0xff)), sign = _mm256_set1_epi8(char(0x80));
+    const I a = _mm256_cmpeq_epi8(_mm256_or_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)), sign), ones);
+    const I b = _mm256_cmpeq_epi8(_mm256_or_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32)), sign), ones);
+    return !_mm256_testz_si256(_mm256_or_si256(a, b), _mm256_or_si256(a, b));
+  }
+  LOOM_SIMD_INLINE static I e4m3WordsToScaledHalvesNoNan(I w) {
+    return _mm256_and_si256(_mm256_srai_epi16(w, 1), _mm256_set1_epi16(int16_t(0xbf80)));
+  }
   LOOM_SIMD_INLINE static I e4m3WordsToScaledHalves(I w) {
     const I h = _mm256_and_si256(_mm256_srai_epi16(w, 1), _mm256_set1_epi16(int16_t(0xbf80)));
     const I nan = _mm256_cmpeq_epi16(_mm256_and_si256(w, _mm256_set1_epi16(0x7f00)), _mm256_set1_epi16(0x7f00));

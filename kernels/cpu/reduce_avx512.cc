@@ -117,6 +117,7 @@ struct Simd {
   // simd_reduce_impl.h): unpacking a 64-byte line against zero gives its
   // bytes as 16-bit words in two registers, and packus restores the order.
   static constexpr bool kHasFp8Words = true;
+  static constexpr bool kHasFp8Lines = true;    // stores round whole lines of bytes
   static constexpr bool kHasFp8Tables = false;  // see the VBMI level below
   // w[0], w[1]: the line's bytes as the high bytes of words.
   LOOM_SIMD_INLINE static void loadLineAsHighBytes(const Byte* p, I* w) {
@@ -135,6 +136,15 @@ struct Simd {
   // e4m3 bytes (high bytes of words) -> halves of value * 2^-8: the
   // magnitude bits shifted into bits 14..7, the sign kept; the NaN
   // S.1111.111 (which would read as +-1.875) becomes a half NaN.
+  // Whether the 64-byte line holds e4m3's NaN (S.1111.111): lines without
+  // one skip e4m3WordsToScaledHalves' fix-up.
+  LOOM_SIMD_INLINE static bool lineHasE4m3Nan(const Byte* p) {
+    return _mm512_cmpeq_epi8_mask(_mm512_or_si512(_mm512_loadu_si512(p), _mm512_set1_epi8(char(0x80))),
+                                  _mm512_set1_epi8(char(0xff))) != 0;
+  }
+  LOOM_SIMD_INLINE static I e4m3WordsToScaledHalvesNoNan(I w) {
+    return _mm512_and_si512(_mm512_srai_epi16(w, 1), _mm512_set1_epi16(int16_t(0xbf80)));
+  }
   LOOM_SIMD_INLINE static I e4m3WordsToScaledHalves(I w) {
     // Arithmetic shift: bit 15 keeps the sign, bits 13..7 get the magnitude;
     // bit 14 (a copy of the sign) and the low bits are cleared.
@@ -173,6 +183,34 @@ struct Simd {
     r = _mm512_mask_mov_epi16(r, nan, nanField);
     // r | (sign >> 8): ternary logic A | (B & C).
     return _mm512_ternarylogic_epi32(r, _mm512_srli_epi16(h, 8), _mm512_set1_epi16(0x80), 0xf8);
+  }
+  // Round to nearest even of 64 results at once, on bytes: `kept` holds the
+  // bits that survive (e5m2: the half's high byte without the sign; e4m3:
+  // bits 14..7 of its half of value * 2^-8), `dropped` the next 8 bits, the
+  // sign in bit 7 of `sign`. Up when dropped exceeds 0x80, or equals it and
+  // kept is odd; then SATFINITE (overflow and infinities -> largest finite).
+  // Returns false, computing nothing, when a lane is NaN: an infinity's kept
+  // bits are 0x7c (e5m2) or 0xf8 (e4m3), a NaN's larger (the float->half
+  // conversion keeps NaNs quiet).
+  template <bool kE5m2>
+  LOOM_SIMD_INLINE static bool roundFp8Bytes(I sign, I kept, I dropped, I* out) {
+    if (_mm512_cmpgt_epu8_mask(kept, _mm512_set1_epi8(char(kE5m2 ? 0x7c : 0xf8))) != 0) return false;
+    const I one = _mm512_set1_epi8(1);
+    const __mmask64 up = _mm512_cmpgt_epu8_mask(_mm512_adds_epu8(dropped, _mm512_and_si512(kept, one)),
+                                                _mm512_set1_epi8(char(0x80)));
+    I r = _mm512_mask_add_epi8(kept, up, kept, one);
+    r = _mm512_min_epu8(r, _mm512_set1_epi8(char(kE5m2 ? 0x7b : 0x7e)));
+    *out = _mm512_ternarylogic_epi32(r, sign, _mm512_set1_epi8(char(0x80)), 0xf8);  // r | (sign & 0x80)
+    return true;
+  }
+  // Each element's high or low byte of two word vectors of the lane-
+  // interleaved layout, in element order (packus restores it).
+  LOOM_SIMD_INLINE static I halvesHighBytes(const I* h) {
+    return _mm512_packus_epi16(_mm512_srli_epi16(h[0], 8), _mm512_srli_epi16(h[1], 8));
+  }
+  LOOM_SIMD_INLINE static I halvesLowBytes(const I* h) {
+    const I low = _mm512_set1_epi16(0xff);
+    return _mm512_packus_epi16(_mm512_and_si512(h[0], low), _mm512_and_si512(h[1], low));
   }
   template <int kN>
   LOOM_SIMD_INLINE static I slli16(I a) {
@@ -350,38 +388,6 @@ struct Simd : Base {
   }
   LOOM_SIMD_INLINE static I halvesLowBytes(const I* h) {
     return _mm512_permutex2var_epi8(h[0], table(kFp8Tables.lowIndex), h[1]);
-  }
-  // The line's halves (exact values, see Fp8Elem::narrowToWords) -> fp8
-  // bytes, SATFINITE, as roundHalvesToFp8Words: for e5m2 the fp8 bits are
-  // the half's high byte and the low byte is what rounding drops; for e4m3
-  // (halves of value * 2^-8) the same holds for the half shifted left by
-  // one, below its sign. Round to nearest even on bytes: up when the dropped
-  // byte exceeds 0x80, or equals it and the kept bits are odd. Lines holding
-  // a NaN take the word path.
-  template <bool kE5m2>
-  LOOM_SIMD_INLINE static I roundHalvesToFp8Line(const I* h) {
-    const I one = _mm512_set1_epi8(1);
-    const I sign = halvesHighBytes(h);
-    I kept, dropped;
-    if constexpr (kE5m2) {
-      kept = _mm512_and_si512(sign, _mm512_set1_epi8(0x7f));
-      dropped = halvesLowBytes(h);
-    } else {
-      const I shifted[2] = {_mm512_add_epi16(h[0], h[0]), _mm512_add_epi16(h[1], h[1])};
-      kept = halvesHighBytes(shifted);
-      dropped = halvesLowBytes(shifted);
-    }
-    // Kept bits of an infinity: 0x7c (e5m2), 0xf8 (e4m3); a quiet NaN's are
-    // larger (the float->half conversion keeps NaNs quiet).
-    if (_mm512_cmpgt_epu8_mask(kept, _mm512_set1_epi8(char(kE5m2 ? 0x7c : 0xf8))) != 0) {
-      const I words[2] = {roundHalvesToFp8Words<kE5m2>(h[0]), roundHalvesToFp8Words<kE5m2>(h[1])};
-      return halvesLowBytes(words);
-    }
-    const __mmask64 up = _mm512_cmpgt_epu8_mask(_mm512_adds_epu8(dropped, _mm512_and_si512(kept, one)),
-                                                _mm512_set1_epi8(char(0x80)));
-    I r = _mm512_mask_add_epi8(kept, up, kept, one);
-    r = _mm512_min_epu8(r, _mm512_set1_epi8(char(kE5m2 ? 0x7b : 0x7e)));  // overflow, infinities
-    return _mm512_ternarylogic_epi32(r, sign, _mm512_set1_epi8(char(0x80)), 0xf8);
   }
 };
 

@@ -212,9 +212,9 @@ LOOM_SIMD_INLINE Simd::F fp8PreRound(Simd::F x) {
 // (kScale = 8). Every op is exact under that scaling (all values stay
 // normal floats), except that a product must be scaled back once
 // (fixProduct). The element order inside a line is permuted the same way for
-// every source and undone by store(). Levels with kHasFp8Tables (AVX-512 +
-// VBMI) keep that scaling but widen through byte tables instead of F16C and
-// narrow whole lines of bytes at once (lineBytes(); reduce_avx512.cc).
+// every source and undone by store(). Levels with kHasFp8Lines (AVX-512)
+// narrow whole lines of bytes at once (lineBytes()); kHasFp8Tables (AVX-512 +
+// VBMI) also widen through byte tables instead of F16C (reduce_avx512.cc).
 // Simd as a name that depends on T, for traits only some levels define.
 template <typename T>
 struct SimdFor {
@@ -236,11 +236,15 @@ struct Fp8Elem {
     } else if constexpr (Simd::kHasFp8Words) {
       Simd::I w[kWordVecs];
       Simd::loadLineAsHighBytes(p, w);
-      LOOM_UNROLL
-      for (int k = 0; k < kWordVecs; ++k) {
-        const Simd::I h = kE5m2 ? w[k] : Simd::e4m3WordsToScaledHalves(w[k]);
-        Simd::halvesToFloats(h, v + 2 * k);
+      if (!kE5m2 && !Simd::lineHasE4m3Nan(p)) {
+        LOOM_UNROLL
+        for (int k = 0; k < kWordVecs; ++k) w[k] = Simd::e4m3WordsToScaledHalvesNoNan(w[k]);
+      } else if (!kE5m2) {
+        LOOM_UNROLL
+        for (int k = 0; k < kWordVecs; ++k) w[k] = Simd::e4m3WordsToScaledHalves(w[k]);
       }
+      LOOM_UNROLL
+      for (int k = 0; k < kWordVecs; ++k) Simd::halvesToFloats(w[k], v + 2 * k);
     } else if constexpr (kE5m2) {
       LOOM_UNROLL
       for (int k = 0; k < kVecs; ++k) v[k] = Simd::loadE5m2ViaHalf(p + k * Simd::kLanes);
@@ -283,7 +287,30 @@ struct Fp8Elem {
       }
     }
   }
-  // Table layout (kHasFp8Tables): the line's fp8 bytes, in element order.
+  // Exact halves h[0] = floatsToHalves(v[0], v[1]), h[1] (of v[2], v[3]) ->
+  // the line's fp8 bytes in element order, as roundHalvesToFp8Words would
+  // give them: for e5m2 the fp8 is the half's high byte and the low byte is
+  // what rounding drops; for e4m3 (halves of value * 2^-8) the same holds for
+  // the half shifted left by one, below its sign (S::roundFp8Bytes). Lines
+  // holding a NaN take the word path.
+  LOOM_SIMD_INLINE static Simd::I roundHalvesToLine(const Simd::I* h) {
+    const Simd::I sign = S::halvesHighBytes(h);
+    Simd::I kept, dropped;
+    if constexpr (kE5m2) {
+      kept = Simd::andI(sign, Simd::set1I(0x7f7f7f7f));
+      dropped = S::halvesLowBytes(h);
+    } else {
+      const Simd::I shifted[2] = {Simd::template slli16<1>(h[0]), Simd::template slli16<1>(h[1])};
+      kept = S::halvesHighBytes(shifted);
+      dropped = S::halvesLowBytes(shifted);
+    }
+    Simd::I out;
+    if (S::template roundFp8Bytes<kE5m2>(sign, kept, dropped, &out)) return out;
+    const Simd::I words[2] = {Simd::template roundHalvesToFp8Words<kE5m2>(h[0]),
+                              Simd::template roundHalvesToFp8Words<kE5m2>(h[1])};
+    return S::halvesLowBytes(words);
+  }
+  // The line's fp8 bytes, in element order (kHasFp8Lines levels).
   // kExactInHalf as for narrowToWords.
   template <bool kExactInHalf>
   LOOM_SIMD_INLINE static Simd::I lineBytes(const Simd::F* v) {
@@ -291,7 +318,7 @@ struct Fp8Elem {
     if constexpr (kExactInHalf) {
       h[0] = Simd::floatsToHalves(v[0], v[1]);
       h[1] = Simd::floatsToHalves(v[2], v[3]);
-      return S::template roundHalvesToFp8Line<kE5m2>(h);
+      return roundHalvesToLine(h);
     } else {
       LOOM_UNROLL
       for (int k = 0; k < 2; ++k) {
@@ -321,7 +348,7 @@ struct Fp8Elem {
   }
   template <bool kExactInHalf>
   LOOM_SIMD_INLINE static void store(Byte* p, const Simd::F* v, bool stream) {
-    if constexpr (Simd::kHasFp8Tables) {
+    if constexpr (Simd::kHasFp8Lines) {
       S::storeLine(p, lineBytes<kExactInHalf>(v), stream);
     } else if constexpr (Simd::kHasFp8Words) {
       Simd::I w[kWordVecs];

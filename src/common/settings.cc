@@ -92,7 +92,7 @@ constexpr Spec kTable[] = {
     {"LOOM_CPU_STREAMING_BYTES", T::kInt, "8388608", "TUNING",
      "Host reduce/copy calls whose destination is at least this many bytes write it with "
      "non-temporal (cache-bypassing) stores; 0 = never. Pays off only for data larger than the "
-     "caches."},
+     "caches. fp8 reductions never stream."},
     {"LOOM_ACCUMULATE", T::kString, "native", "COLL",
      "Sums of half, bfloat16 and fp8: native rounds to the element type after every addition "
      "(as NCCL does); fp32 adds all sources of one reduction step in float and rounds once."},
