@@ -6,7 +6,8 @@
 //   - memcpy (glibc), the baseline of copy and copyToMany.
 // GB/s counts bytes read + written (1e9 bytes/s): a 2-source reduce of B bytes
 // per buffer moves 3B. Each benchmark reports "GB/s" and "x_base" (ratio to
-// its baseline at the same size); a summary table ends the run.
+// its baseline at the same size, run again right before it); a summary table
+// ends the run (its baseline rows show the last baseline runs).
 //
 // Own flags: bench/bench_options.h (--isa=auto|all|avx512vbmi|avx512|avx2|scalar: auto
 // measures the level reduce() uses, all every level the CPU runs).
@@ -224,15 +225,23 @@ void registerAll(const KernelBenchOptions& o, const std::vector<CpuIsa>& levels,
     const std::string size = sizeName(bytes);
     const std::string streamName = "baseline/stream_add/float/" + size;
     const std::string memcpyName = "baseline/memcpy/" + size;
-    benchmark::RegisterBenchmark(streamName.c_str(), benchStreamAdd, bytes);
-    reporter.addBaseline(streamName, "STREAM add (float)", size);
-    benchmark::RegisterBenchmark(memcpyName.c_str(), benchMemcpy, bytes);
-    reporter.addBaseline(memcpyName, "memcpy", size);
+    // Every kernel is compared with its baseline measured right before it
+    // (the reporter keeps the latest run of a name), so a machine whose
+    // speed drifts during the run still gives side-by-side ratios.
+    auto streamBaseline = [&] {
+      benchmark::RegisterBenchmark(streamName.c_str(), benchStreamAdd, bytes);
+      reporter.addBaseline(streamName, "STREAM add (float)", size);
+    };
+    auto memcpyBaseline = [&] {
+      benchmark::RegisterBenchmark(memcpyName.c_str(), benchMemcpy, bytes);
+      reporter.addBaseline(memcpyName, "memcpy", size);
+    };
     for (CpuIsa isa : levels) {
       const std::string level = kernels::cpuIsaName(isa);
       for (int ndsts : {1, 2}) {
         const std::string what = ndsts == 1 ? "copy" : "copy_to_2";
         const std::string name = what + "/" + level + "/" + size;
+        memcpyBaseline();
         benchmark::RegisterBenchmark(name.c_str(), benchCopy, isa, ndsts, bytes);
         reporter.addKernel(name, memcpyName, level + " " + what, size, true);
       }
@@ -244,6 +253,7 @@ void registerAll(const KernelBenchOptions& o, const std::vector<CpuIsa>& levels,
           const std::string level = kernels::cpuIsaName(isa);
           const std::string name = "reduce/" + level + "/" + kernels::dataTypeName(type) + "/" +
                                    kernels::redOpName(op) + "/" + std::to_string(o.sources) + "src/" + size;
+          streamBaseline();
           benchmark::RegisterBenchmark(name.c_str(), benchReduce, isa, type, op, o.sources, bytes);
           reporter.addKernel(name, streamName,
                              level + " " + kernels::dataTypeName(type) + " " + kernels::redOpName(op), size,
