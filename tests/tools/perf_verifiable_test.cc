@@ -61,9 +61,11 @@ TEST(FloatCodec, AgreesWithNativeFloatRounding) {
     uint32_t nativeBits;
     std::memcpy(&nativeBits, &native, 4);
     ASSERT_EQ(encodeFloat(value, kFloatLayout), nativeBits) << value;
+    ASSERT_EQ(encodeFloatPortable(value, kFloatLayout), nativeBits) << value;
     uint64_t doubleBits;
     std::memcpy(&doubleBits, &value, 8);
     ASSERT_EQ(encodeFloat(value, kDoubleLayout), doubleBits);
+    ASSERT_EQ(encodeFloatPortable(value, kDoubleLayout), doubleBits);
   }
 }
 

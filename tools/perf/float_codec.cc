@@ -42,13 +42,17 @@ uint64_t overflowBits(const SmallFloatLayout& layout, uint64_t signBit) {
 uint64_t encodeFloat(double value, const SmallFloatLayout& layout) {
   // float and double: the hardware conversion already rounds to nearest
   // even, overflows to infinity and keeps subnormals (the tools never set
-  // flush-to-zero), and is far cheaper than the generic path below.
+  // flush-to-zero), and is far cheaper than the portable path.
   if (layout.ieeeSpecials && layout.exponentBits == 11 && layout.mantissaBits == 52) {
     return std::isnan(value) ? nanBits(layout) : std::bit_cast<uint64_t>(value);
   }
   if (layout.ieeeSpecials && layout.exponentBits == 8 && layout.mantissaBits == 23) {
     return std::isnan(value) ? nanBits(layout) : std::bit_cast<uint32_t>(float(value));
   }
+  return encodeFloatPortable(value, layout);
+}
+
+uint64_t encodeFloatPortable(double value, const SmallFloatLayout& layout) {
   const int m = layout.mantissaBits;
   const uint64_t signBit = std::signbit(value) ? uint64_t(1) << (layout.exponentBits + m) : 0;
   if (std::isnan(value)) return nanBits(layout);

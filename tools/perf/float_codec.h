@@ -39,6 +39,9 @@ inline constexpr SmallFloatLayout kDoubleLayout{11, 52, true};
 
 // Rounds `value` to the format; returns the bits in the low totalBits().
 uint64_t encodeFloat(double value, const SmallFloatLayout& layout);
+// The same rounding done in software, for any layout (encodeFloat uses the
+// hardware for float and double; tests hold the two against each other).
+uint64_t encodeFloatPortable(double value, const SmallFloatLayout& layout);
 // Exact value of the bits (every narrow format value is a double).
 double decodeFloat(uint64_t bits, const SmallFloatLayout& layout);
 bool isNanBits(uint64_t bits, const SmallFloatLayout& layout);
