@@ -30,6 +30,7 @@ enum class RedOp : int { kSum, kProd, kMax, kMin, kPreMulSum, kSumPostDiv };
 size_t dataTypeSize(DataType t);
 const char* dataTypeName(DataType t);  // "float", "bfloat16", ... (nccl-tests names)
 bool isFloatingType(DataType t);
+constexpr bool isFp8(DataType t) { return t == DataType::kFloat8e4m3 || t == DataType::kFloat8e5m2; }
 const char* redOpName(RedOp op);
 
 }  // namespace loom::kernels

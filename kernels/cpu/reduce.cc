@@ -80,8 +80,7 @@ void reduce(const CpuKernelConfig& config, const Reduction& r, void* dst, const 
   // fp8 reductions are bound by arithmetic, not memory: streaming stores
   // only slowed them (64-256 MiB sums: 0.70-0.82x STREAM add streamed,
   // 0.84-1.06x cached, on an AMD EPYC VM).
-  const bool fp8 = r.type == DataType::kFloat8e4m3 || r.type == DataType::kFloat8e5m2;
-  call.stream = !fp8 && bytes >= config.streamingMinBytes;
+  call.stream = !isFp8(r.type) && bytes >= config.streamingMinBytes;
   tableFor(config.isa).reduce(call);
 }
 

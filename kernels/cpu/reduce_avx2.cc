@@ -126,8 +126,6 @@ struct Simd {
     out[1] = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
   }
   LOOM_SIMD_INLINE static I floatsToHalves(F a, F b) { return _mm256_set_m128i(narrowHalf(b), narrowHalf(a)); }
-  // e4m3 bytes (high bytes of words) -> halves of value * 2^-8 (see
-  // reduce_avx512.cc).
   // Whether the 64-byte line holds e4m3's NaN (S.1111.111): lines without
   // one skip e4m3WordsToScaledHalves' fix-up.
   LOOM_SIMD_INLINE static bool lineHasE4m3Nan(const Byte* p) {
@@ -136,11 +134,13 @@ struct Simd {
     const I b = _mm256_cmpeq_epi8(_mm256_or_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32)), sign), ones);
     return !_mm256_testz_si256(_mm256_or_si256(a, b), _mm256_or_si256(a, b));
   }
+  // e4m3 bytes (high bytes of words) -> halves of value * 2^-8, for every
+  // code but NaN; then for any code (see reduce_avx512.cc).
   LOOM_SIMD_INLINE static I e4m3WordsToScaledHalvesNoNan(I w) {
     return _mm256_and_si256(_mm256_srai_epi16(w, 1), _mm256_set1_epi16(int16_t(0xbf80)));
   }
   LOOM_SIMD_INLINE static I e4m3WordsToScaledHalves(I w) {
-    const I h = _mm256_and_si256(_mm256_srai_epi16(w, 1), _mm256_set1_epi16(int16_t(0xbf80)));
+    const I h = e4m3WordsToScaledHalvesNoNan(w);
     const I nan = _mm256_cmpeq_epi16(_mm256_and_si256(w, _mm256_set1_epi16(0x7f00)), _mm256_set1_epi16(0x7f00));
     return _mm256_blendv_epi8(h, _mm256_or_si256(h, _mm256_set1_epi16(0x7e00)), nan);
   }

@@ -133,22 +133,23 @@ struct Simd {
   LOOM_SIMD_INLINE static I floatsToHalves(F a, F b) {
     return _mm512_inserti64x4(_mm512_castsi256_si512(narrowHalf(a)), narrowHalf(b), 1);
   }
-  // e4m3 bytes (high bytes of words) -> halves of value * 2^-8: the
-  // magnitude bits shifted into bits 14..7, the sign kept; the NaN
-  // S.1111.111 (which would read as +-1.875) becomes a half NaN.
   // Whether the 64-byte line holds e4m3's NaN (S.1111.111): lines without
   // one skip e4m3WordsToScaledHalves' fix-up.
   LOOM_SIMD_INLINE static bool lineHasE4m3Nan(const Byte* p) {
     return _mm512_cmpeq_epi8_mask(_mm512_or_si512(_mm512_loadu_si512(p), _mm512_set1_epi8(char(0x80))),
                                   _mm512_set1_epi8(char(0xff))) != 0;
   }
+  // e4m3 bytes (high bytes of words) -> halves of value * 2^-8: the
+  // magnitude bits shifted into bits 14..7, the sign kept. Arithmetic shift:
+  // bit 15 keeps the sign, bits 13..7 get the magnitude; bit 14 (a copy of
+  // the sign) and the low bits are cleared. Right for every code but NaN.
   LOOM_SIMD_INLINE static I e4m3WordsToScaledHalvesNoNan(I w) {
     return _mm512_and_si512(_mm512_srai_epi16(w, 1), _mm512_set1_epi16(int16_t(0xbf80)));
   }
+  // The same for any code: the NaN S.1111.111 (which would read as +-1.875)
+  // becomes a half NaN.
   LOOM_SIMD_INLINE static I e4m3WordsToScaledHalves(I w) {
-    // Arithmetic shift: bit 15 keeps the sign, bits 13..7 get the magnitude;
-    // bit 14 (a copy of the sign) and the low bits are cleared.
-    const I h = _mm512_and_si512(_mm512_srai_epi16(w, 1), _mm512_set1_epi16(int16_t(0xbf80)));
+    const I h = e4m3WordsToScaledHalvesNoNan(w);
     const __mmask32 nan =
         _mm512_cmpeq_epi16_mask(_mm512_and_si512(w, _mm512_set1_epi16(0x7f00)), _mm512_set1_epi16(0x7f00));
     return _mm512_mask_mov_epi16(h, nan, _mm512_or_si512(h, _mm512_set1_epi16(0x7e00)));
@@ -215,9 +216,6 @@ struct Simd {
   template <int kN>
   LOOM_SIMD_INLINE static I slli16(I a) {
     return _mm512_slli_epi16(a, kN);
-  }
-  LOOM_SIMD_INLINE static void storeLineFromWords(Byte* p, const I* w, bool stream) {
-    storeLine(p, _mm512_packus_epi16(w[0], w[1]), stream);
   }
   LOOM_SIMD_INLINE static I maxU32(I a, I b) { return _mm512_max_epu32(a, b); }
   // bfloat16 lines in a lane-interleaved order: unpacking against zero puts
@@ -402,7 +400,7 @@ struct Simd : Base {
 }  // namespace vbmi
 
 void reduceVbmi(const ReduceCall& c) {
-  if (c.type == DataType::kFloat8e4m3 || c.type == DataType::kFloat8e5m2) return vbmi::simdReduceFp8(c);
+  if (isFp8(c.type)) return vbmi::simdReduceFp8(c);
   simdReduce(c);
 }
 

@@ -353,7 +353,7 @@ struct Fp8Elem {
     } else if constexpr (Simd::kHasFp8Words) {
       Simd::I w[kWordVecs];
       narrowToWords<kExactInHalf>(v, w);
-      Simd::storeLineFromWords(p, w, stream);
+      S::storeLineFromWords(p, w, stream);
     } else {
       Simd::I bits[kVecs];
       LOOM_UNROLL
