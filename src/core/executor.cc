@@ -154,16 +154,14 @@ bool PlanRunner::startStep(const Step& step, StreamState& st, Status* error) {
   st.recv.data = target;
   st.recv.bytes = step.bytes;
   if (step.reduce) {
-    // Offer to reduce straight from the transport's memory; when the output
-    // is still being sent, the reduction waits for compute() instead.
-    std::byte* dst = step.out.valid() ? ptr(step.out) : target;
-    if (!step.out.valid() || !writeBlocked(dst, step.bytes)) {
-      st.sink.reduction = &reduction_;
-      st.sink.dst = dst;
-      st.sink.local = step.local.valid() ? ptr(step.local) : nullptr;
-      st.sink.post = step.post;
-      st.recv.sink = &st.sink;
-    }
+    // The step's reduction, run by the transport straight from its own
+    // memory when it can, else by compute() from the staging slot. Offered
+    // only when the output is not still being sent.
+    st.sink.reduction = &reduction_;
+    st.sink.dst = step.out.valid() ? ptr(step.out) : target;
+    st.sink.local = step.local.valid() ? ptr(step.local) : nullptr;
+    st.sink.post = step.post;
+    if (!step.out.valid() || !writeBlocked(st.sink.dst, step.bytes)) st.recv.sink = &st.sink;
   }
   Connection* c = conns_[size_t(step.recvPeer)];
   *error = c->postRecv(&st.recv);
@@ -183,12 +181,10 @@ Status PlanRunner::compute(const Step& step, StreamState& st) {
   if (step.recvPeer >= 0) {
     std::byte* in = st.recvSlot >= 0 ? st.slots + size_t(st.recvSlot) * st.slotBytes : ptr(step.out);
     if (step.reduce) {
-      std::byte* dst = step.out.valid() ? ptr(step.out) : in;
-      if (!st.recv.sunk) {  // else the sink already reduced into dst
+      std::byte* dst = st.sink.dst;
+      if (!st.recv.sunk) {  // else the transport already ran the sink
         if (step.out.valid() && writeBlocked(dst, step.bytes)) return kBlocked;
-        const void* partials[1] = {in};
-        kernels::reduce(reduction_, dst, partials, 1, step.local.valid() ? ptr(step.local) : nullptr,
-                        count, step.post);
+        st.sink.consume(0, in, step.bytes);
       }
       result = dst;
       if (dst == in) hold = st.recvSlot;

@@ -60,8 +60,9 @@ class PlanRunner {
  private:
   static constexpr int kSlots = 4;  // staging slots per stream
   enum class Phase { kStart, kReceiving, kCompute };
-  // Reduces received pieces straight into a step's result, for transports
-  // that can hand them over from their own memory (Transfer::sink).
+  // The reduction of a receiving step into its result: run piece by piece by
+  // a transport that hands over its own memory (Transfer::sink), else once
+  // by compute() on the staging slot.
   class ReduceSink final : public transport::Sink {
    public:
     void consume(size_t offset, const void* bytes, size_t n) override;
