@@ -1,9 +1,13 @@
 #include "bench/bench_options.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <iterator>
+#include <random>
+
+#include "kernels/types.h"
 
 namespace loom::bench {
 namespace {
@@ -120,6 +124,26 @@ std::string sizeName(size_t bytes) {
   if (bytes % (size_t(1) << 20) == 0) return std::to_string(bytes >> 20) + "MiB";
   if (bytes % (size_t(1) << 10) == 0) return std::to_string(bytes >> 10) + "KiB";
   return std::to_string(bytes) + "B";
+}
+
+void fillSampleValues(DataType type, uint64_t seed, unsigned char* out, size_t bytes) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> mag(0.5f, 2.0f);
+  const size_t size = kernels::dataTypeSize(type);
+  for (size_t off = 0; off < bytes; off += size) {
+    const float f = (rng() & 1) ? mag(rng) : -mag(rng);
+    uint64_t raw = rng();
+    switch (type) {
+      case DataType::kFloat32: std::memcpy(&raw, &f, 4); break;
+      case DataType::kFloat64: { const double d = f; std::memcpy(&raw, &d, 8); break; }
+      case DataType::kFloat16: raw = kernels::Half::fromFloat(f).bits; break;
+      case DataType::kBfloat16: raw = kernels::Bfloat16::fromFloat(f).bits; break;
+      case DataType::kFloat8e4m3: raw = kernels::Float8e4m3::fromFloat(f).bits; break;
+      case DataType::kFloat8e5m2: raw = kernels::Float8e5m2::fromFloat(f).bits; break;
+      default: break;  // integers: random bits
+    }
+    std::memcpy(out + off, &raw, std::min(size, bytes - off));
+  }
 }
 
 }  // namespace loom::bench

@@ -36,4 +36,9 @@ std::vector<char*> withDefaultMinTime(int argc, char** argv, const char* seconds
 // "4KiB", "64MiB", "1000B".
 std::string sizeName(size_t bytes);
 
+// Fills `bytes` bytes with elements of `type` drawn from `seed`: floating
+// types get finite values of magnitude 0.5..2 and random sign (no overflow,
+// NaN or subnormal slows any kernel), integers random bits.
+void fillSampleValues(kernels::DataType type, uint64_t seed, unsigned char* out, size_t bytes);
+
 }  // namespace loom::bench

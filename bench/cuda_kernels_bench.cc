@@ -12,7 +12,6 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -50,25 +49,9 @@ class DeviceBuffers {
 
   void prepare(DataType type, size_t bytes) {
     if (type == type_ && bytes <= filled_) return;
-    const size_t size = kernels::dataTypeSize(type);
     std::vector<unsigned char> host(bytes);
     for (size_t b = 0; b < buffers_.size(); ++b) {
-      std::mt19937_64 rng(99 + b);
-      std::uniform_real_distribution<float> mag(0.5f, 2.0f);
-      for (size_t off = 0; off < bytes; off += size) {
-        const float f = (rng() & 1) ? mag(rng) : -mag(rng);
-        uint64_t raw = rng();
-        switch (type) {
-          case DataType::kFloat32: std::memcpy(&raw, &f, 4); break;
-          case DataType::kFloat64: { const double d = f; std::memcpy(&raw, &d, 8); break; }
-          case DataType::kFloat16: raw = kernels::Half::fromFloat(f).bits; break;
-          case DataType::kBfloat16: raw = kernels::Bfloat16::fromFloat(f).bits; break;
-          case DataType::kFloat8e4m3: raw = kernels::Float8e4m3::fromFloat(f).bits; break;
-          case DataType::kFloat8e5m2: raw = kernels::Float8e5m2::fromFloat(f).bits; break;
-          default: break;
-        }
-        std::memcpy(host.data() + off, &raw, std::min(size, bytes - off));
-      }
+      fillSampleValues(type, 99 + b, host.data(), bytes);
       cudaMemcpy(get(int(b)), host.data(), bytes, cudaMemcpyHostToDevice);
     }
     type_ = type;

@@ -20,7 +20,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -100,25 +99,8 @@ class Buffers {
 
  private:
   static std::vector<unsigned char> makeTile(DataType type, uint64_t seed) {
-    constexpr size_t kTileBytes = 64 << 10;
-    std::vector<unsigned char> tile(kTileBytes);
-    std::mt19937_64 rng(seed);
-    std::uniform_real_distribution<float> mag(0.5f, 2.0f);
-    const size_t size = kernels::dataTypeSize(type);
-    for (size_t off = 0; off < kTileBytes; off += size) {
-      const float f = (rng() & 1) ? mag(rng) : -mag(rng);
-      uint64_t raw = rng();
-      switch (type) {
-        case DataType::kFloat32: std::memcpy(&raw, &f, 4); break;
-        case DataType::kFloat64: { const double d = f; std::memcpy(&raw, &d, 8); break; }
-        case DataType::kFloat16: raw = kernels::Half::fromFloat(f).bits; break;
-        case DataType::kBfloat16: raw = kernels::Bfloat16::fromFloat(f).bits; break;
-        case DataType::kFloat8e4m3: raw = kernels::Float8e4m3::fromFloat(f).bits; break;
-        case DataType::kFloat8e5m2: raw = kernels::Float8e5m2::fromFloat(f).bits; break;
-        default: break;  // integers: random bits
-      }
-      std::memcpy(tile.data() + off, &raw, size);
-    }
+    std::vector<unsigned char> tile(64 << 10);
+    fillSampleValues(type, seed, tile.data(), tile.size());
     return tile;
   }
 
