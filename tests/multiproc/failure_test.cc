@@ -26,11 +26,11 @@
 #include <tuple>
 
 #include "mp_util.h"
+#include "rank_processes.h"
 
 namespace loom::test {
 namespace {
 
-const char* const kRankBinary = LOOM_MP_RANK_PATH;
 constexpr double kEndsWithinS = 30;
 
 std::string freshSecret() {
@@ -43,18 +43,8 @@ bool namesRank(const std::string& text, int rank) {
   return std::regex_search(text, std::regex("rank " + std::to_string(rank) + "([^0-9]|$)"));
 }
 
-class FailureTest : public ::testing::Test {
+class FailureTest : public RankProcessTest {
  protected:
-  void TearDown() override {
-    kids_.clear();
-    EXPECT_TRUE(childrenOf(getpid()).empty()) << "child processes were left behind";
-  }
-  ChildProcess& spawn(const std::vector<std::string>& args, const std::vector<std::string>& env) {
-    auto child = ChildProcess::start(kRankBinary, args, env);
-    if (!child) std::abort();
-    kids_.push_back(std::move(child));
-    return *kids_.back();
-  }
   std::vector<std::string> commEnv(const std::vector<std::string>& extra = {}) {
     std::vector<std::string> env = {"NCCL_COMM_ID=127.0.0.1:" + std::to_string(port_),
                                     "LOOM_COMM_SECRET=" + secret_};
@@ -63,7 +53,6 @@ class FailureTest : public ::testing::Test {
   }
   int port_ = freeLoopbackPort();
   std::string secret_ = freshSecret();
-  std::vector<std::unique_ptr<ChildProcess>> kids_;
 };
 
 // (nranks, transport): "shm" is the default on one host; "tcp" disables

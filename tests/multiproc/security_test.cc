@@ -29,11 +29,10 @@
 
 #include "matrix.h"
 #include "mp_util.h"
+#include "rank_processes.h"
 
 namespace loom::test {
 namespace {
-
-const char* const kRankBinary = LOOM_MP_RANK_PATH;
 
 std::string freshSecret() {
   std::random_device rd;
@@ -45,20 +44,7 @@ double fieldAfter(const std::string& text, const std::string& key) {
   return at == std::string::npos ? -1 : std::atof(text.c_str() + at + key.size());
 }
 
-class RootRogue : public ::testing::TestWithParam<std::string> {
- protected:
-  void TearDown() override {
-    kids_.clear();
-    EXPECT_TRUE(childrenOf(getpid()).empty()) << "child processes were left behind";
-  }
-  ChildProcess& spawn(const std::vector<std::string>& args, const std::vector<std::string>& env) {
-    auto child = ChildProcess::start(kRankBinary, args, env);
-    if (!child) std::abort();
-    kids_.push_back(std::move(child));
-    return *kids_.back();
-  }
-  std::vector<std::unique_ptr<ChildProcess>> kids_;
-};
+class RootRogue : public RankProcessTest, public ::testing::WithParamInterface<std::string> {};
 
 TEST_P(RootRogue, RealRanksInitPromptlyAndTheRogueIsRefused) {
   const std::string mode = GetParam();
