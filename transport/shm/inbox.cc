@@ -156,15 +156,19 @@ Result<Inbox> Inbox::create(size_t slotBytes, uint64_t nonce) {
   h->wakeIno = uint64_t(st.st_ino);
   h->ownerPid = int32_t(::getpid());
   std::atomic_thread_fence(std::memory_order_release);
+  in.slotBytes_ = slotBytes;
+  in.dataOffset_ = kHeaderBytes;
+  in.nonce_ = nonce;
+  in.ownerPid_ = h->ownerPid;
   return in;
 }
 
 ShmDescriptor Inbox::describe() const {
   ShmDescriptor d;
   d.magic = kDescriptorMagic;
-  d.nonce = header()->nonce;
+  d.nonce = nonce_;
   d.inboxBytes = totalBytes();
-  d.pid = header()->ownerPid;
+  d.pid = ownerPid_;
   d.memfd = memfd_.get();
   d.wakeFd = wakeRead_.get();
   d.version = kLayoutVersion;
@@ -197,7 +201,15 @@ Result<Inbox> Inbox::open(const ShmDescriptor& d, int peerRank) {
   if (p == MAP_FAILED) return capacityError("mmap of the peer's inbox", errno, d.inboxBytes);
   in.map_ = Mapping(p, d.inboxBytes);
   std::atomic_thread_fence(std::memory_order_acquire);
-  LOOM_TRY(checkHeader(*in.header(), d, peerRank));
+  // Checked on a private copy, which alone defines the layout from now on.
+  InboxHeader copy;
+  std::memcpy(static_cast<void*>(&copy), in.header(), offsetof(InboxHeader, closed));
+  LOOM_TRY(checkHeader(copy, d, peerRank));
+  in.slotBytes_ = size_t(copy.slotBytes);
+  in.dataOffset_ = size_t(copy.dataOffset);
+  in.nonce_ = copy.nonce;
+  in.ownerPid_ = copy.ownerPid;
+  const uint64_t wakeIno = copy.wakeIno;
 
   // O_RDWR: this process then also counts as a reader, so a write can never
   // raise SIGPIPE after the owner exits (a full pipe just says EAGAIN).
@@ -205,7 +217,7 @@ Result<Inbox> Inbox::open(const ShmDescriptor& d, int peerRank) {
   in.wakeWrite_.reset(::open(wakePath.c_str(), O_RDWR | O_NONBLOCK | O_CLOEXEC));
   if (!in.wakeWrite_) return openError("the wake pipe", wakePath, errno, peerRank, d.pid);
   if (::fstat(in.wakeWrite_.get(), &st) != 0) return systemErrno("fstat of " + wakePath, errno);
-  if (!S_ISFIFO(st.st_mode) || uint64_t(st.st_ino) != in.header()->wakeIno) {
+  if (!S_ISFIFO(st.st_mode) || uint64_t(st.st_ino) != wakeIno) {
     return notTheInbox(peerRank, d.pid, wakePath + " is not the announced wake pipe");
   }
   return in;

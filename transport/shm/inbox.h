@@ -147,12 +147,15 @@ class Inbox {
   // Describes an inbox made by create().
   ShmDescriptor describe() const;
 
+  // The shared header. Only its counters and flags may be read after
+  // create()/open(): the peer can write all of it, so the layout is kept
+  // in private members, validated once.
   InboxHeader* header() const { return static_cast<InboxHeader*>(map_.get()); }
   uint8_t* slot(uint64_t step) const {
-    return static_cast<uint8_t*>(map_.get()) + header()->dataOffset +
-           (step % kSlots) * header()->slotBytes;
+    return static_cast<uint8_t*>(map_.get()) + dataOffset_ + (step % kSlots) * slotBytes_;
   }
-  size_t slotBytes() const { return size_t(header()->slotBytes); }
+  size_t slotBytes() const { return slotBytes_; }
+  uint64_t nonce() const { return nonce_; }
   size_t totalBytes() const { return map_.bytes(); }
   bool valid() const { return map_.get() != nullptr; }
 
@@ -166,6 +169,10 @@ class Inbox {
 
  private:
   Mapping map_;
+  size_t slotBytes_ = 0;   // private copies of the validated layout
+  size_t dataOffset_ = 0;
+  uint64_t nonce_ = 0;
+  int32_t ownerPid_ = 0;
   net::UniqueFd memfd_;      // own inbox: kept open for the peer to reopen
   net::UniqueFd wakeRead_;   // own inbox: read end
   net::UniqueFd wakeWrite_;  // own inbox: write end; peer inbox: the reopened pipe

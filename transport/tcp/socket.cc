@@ -7,6 +7,7 @@
 #include <netdb.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -437,7 +438,12 @@ Result<UniqueFd> connectTo(const SocketAddress& to, Deadline deadline,
   }
 }
 
-Result<UniqueFd> acceptOne(int listenFd) {
+namespace {
+
+// accept4 with the pending-error cases folded into "none pending"; *err is
+// the errno of a real failure (0 otherwise).
+Result<UniqueFd> acceptImpl(int listenFd, int* err) {
+  *err = 0;
   while (true) {
     int fd = ::accept4(listenFd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd >= 0) {
@@ -465,9 +471,79 @@ Result<UniqueFd> acceptOne(int listenFd) {
       case ENETUNREACH:
         return UniqueFd();
       default:
+        *err = errno;
         return systemErrno("accept on listening socket", errno);
     }
   }
+}
+
+}  // namespace
+
+Result<UniqueFd> startConnect(const SocketAddress& to, int* err) {
+  *err = 0;
+  if (to.family() != AF_INET && to.family() != AF_INET6)
+    return invalidArgument("cannot connect to " + to.toString() + ": not an IPv4/IPv6 address");
+  UniqueFd fd(::socket(to.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (!fd) return systemErrno("socket() for connecting to " + to.toString(), errno);
+  if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&to.storage), to.len) == 0 ||
+      errno == EINPROGRESS || errno == EINTR) {
+    return fd;
+  }
+  *err = errno;
+  if (!retryableConnectError(*err)) {
+    return systemError("cannot connect to " + to.toString() + ": " + errnoText(*err) +
+                       "; check that the address is reachable from this host");
+  }
+  return UniqueFd();
+}
+
+int finishConnect(int fd) {
+  pollfd p{fd, POLLOUT, 0};
+  int rc = ::poll(&p, 1, 0);
+  if (rc < 0) return errno == EINTR ? EINPROGRESS : errno;
+  if (rc == 0) return EINPROGRESS;
+  int soErr = 0;
+  socklen_t len = sizeof soErr;
+  if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &soErr, &len) != 0) return errno;
+  if (soErr != 0) return soErr;
+  if (selfConnected(fd)) return ECONNREFUSED;
+  if (Status s = setNoDelay(fd); !s.isOk()) return EIO;
+  return 0;
+}
+
+Result<UniqueFd> acceptOne(int listenFd) {
+  int err = 0;
+  return acceptImpl(listenFd, &err);
+}
+
+size_t maxPendingConnections() {
+  rlimit rl{};
+  size_t limit = 1024;
+  if (::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) limit = size_t(rl.rlim_cur);
+  return std::clamp<size_t>(limit / 4, 16, 1024);
+}
+
+AcceptGate::AcceptGate() : maxPending_(maxPendingConnections()) {}
+
+bool AcceptGate::pollable() const { return Clock::now() >= resumeAt_; }
+
+int AcceptGate::backoffMsLeft() const {
+  auto left = resumeAt_ - Clock::now();
+  if (left <= Clock::duration::zero()) return 0;
+  return int(std::chrono::duration_cast<std::chrono::milliseconds>(left).count()) + 1;
+}
+
+Result<UniqueFd> AcceptGate::accept(int listenFd) {
+  constexpr auto kBackoff = std::chrono::milliseconds(100);
+  if (!pollable()) return UniqueFd();
+  int err = 0;
+  auto fd = acceptImpl(listenFd, &err);
+  if (err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM) {
+    resumeAt_ = Clock::now() + kBackoff;
+    ++backoffs_;
+    return UniqueFd();
+  }
+  return fd;
 }
 
 Status sendAll(int fd, const void* data, size_t bytes, Deadline deadline,

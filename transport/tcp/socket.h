@@ -135,10 +135,50 @@ Result<UniqueFd> listenOn(const SocketAddress& addr, SocketAddress* bound);
 Result<UniqueFd> connectTo(const SocketAddress& to, Deadline deadline,
                            const std::atomic<bool>* abort);
 
+// Non-blocking connect in two halves, for state machines that must never
+// block. startConnect returns a socket whose connect is under way (poll it
+// for POLLOUT), or an invalid one with *err set to a retryable errno
+// (refused, reset...); other failures are errors. finishConnect then says 0
+// (connected, TCP_NODELAY set), EINPROGRESS (still connecting) or the errno
+// of the failed attempt.
+Result<UniqueFd> startConnect(const SocketAddress& to, int* err);
+int finishConnect(int fd);
+
 // Accepts one pending connection if any (never blocks): returns an invalid
 // UniqueFd when none is pending (or one was reset before being accepted).
 // The returned socket is non-blocking, close-on-exec, with TCP_NODELAY.
 Result<UniqueFd> acceptOne(int listenFd);
+
+// Accepting for a listener that must never spin or run out of fds.
+//  - EMFILE/ENFILE: the process (or system) is out of fds. The pending
+//    connection stays in the kernel's queue, so the listener stays readable
+//    and a poll loop would spin at 100% CPU: accept() then stops for a
+//    back-off period, during which pollable() is false.
+//  - At most maxPending() unidentified connections are held (well below the
+//    fd limit); the owner closes new ones beyond that (full()).
+class AcceptGate {
+ public:
+  AcceptGate();
+  // One pending connection if any and if not backing off (invalid fd when
+  // none). Errors other than fd exhaustion are returned.
+  Result<UniqueFd> accept(int listenFd);
+  // Whether to poll the listener now; when false, wake up again within
+  // backoffMsLeft().
+  bool pollable() const;
+  int backoffMsLeft() const;
+  size_t maxPending() const { return maxPending_; }
+  // Times accept() backed off (tests, logs).
+  uint64_t backoffs() const { return backoffs_; }
+
+ private:
+  Clock::time_point resumeAt_{};
+  size_t maxPending_;
+  uint64_t backoffs_ = 0;
+};
+
+// Unidentified connections a listener may hold: a quarter of the soft fd
+// limit, between 16 and 1024.
+size_t maxPendingConnections();
 
 // Exact send/recv of control messages on a non-blocking socket, waiting with
 // poll in slices of at most 100 ms. Fails on deadline (kRemoteError, "timed

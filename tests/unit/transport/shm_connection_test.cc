@@ -3,6 +3,7 @@
 #include "transport/shm/connection.h"
 
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -181,6 +182,67 @@ TEST(Shm, SizeMismatchIsStickyErrorAndWritesNothing) {
     std::vector<pollfd> fds;
     p.b->pollFds(&fds);
     EXPECT_TRUE(fds.empty());
+  }
+}
+
+// Maps the inbox a connection owns, as its peer (or anyone) can: every
+// byte of its header is writable from outside.
+InboxHeader* mapInbox(const ShmConnection& c) {
+  const ShmDescriptor& d = c.local();
+  const std::string path = "/proc/self/fd/" + std::to_string(d.memfd);
+  int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) return nullptr;
+  void* p = ::mmap(nullptr, d.inboxBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  return p == MAP_FAILED ? nullptr : static_cast<InboxHeader*>(p);
+}
+
+// A buggy or hostile peer scribbles over the shared header of an inbox.
+// The layout fields are ignored after setup (both the reader and the
+// writer keep their own validated copy), and bad counters or slot
+// descriptors are errors naming the peer, never out-of-bounds accesses.
+TEST(Shm, ScribbledInboxHeaderIsAnErrorNotACrash) {
+  const size_t bytes = 200000;  // several slots
+  {
+    Pair p = pairOrDie(smallFifo(0), smallFifo(0));
+    InboxHeader* h = mapInbox(*p.b);
+    ASSERT_NE(h, nullptr);
+    h->slotBytes = uint64_t(1) << 40;
+    h->dataOffset = uint64_t(1) << 41;
+    h->slots = 1000;
+    std::vector<uint8_t> out(bytes), in(bytes, 0);
+    for (size_t i = 0; i < bytes; ++i) out[i] = uint8_t(i * 7);
+    Transfer s{out.data(), bytes}, r{in.data(), bytes};
+    ASSERT_TRUE(p.a->postSend(&s).isOk());
+    ASSERT_TRUE(p.b->postRecv(&r).isOk());
+    const Deadline d = Deadline::afterSeconds(30);
+    while (!(s.done && r.done) && !d.expired()) {
+      ASSERT_TRUE(p.a->progress().isOk());
+      ASSERT_TRUE(p.b->progress().isOk());
+    }
+    ASSERT_TRUE(s.done && r.done);
+    EXPECT_EQ(in, out);
+    ::munmap(h, p.b->local().inboxBytes);
+  }
+  for (int how = 0; how < 3; ++how) {
+    SCOPED_TRACE("scribble " + std::to_string(how));
+    Pair p = pairOrDie(smallFifo(0), smallFifo(0));
+    InboxHeader* h = mapInbox(*p.b);
+    ASSERT_NE(h, nullptr);
+    std::vector<uint8_t> out(bytes, 1), in(bytes, 2);
+    Transfer s{out.data(), bytes}, r{in.data(), bytes};
+    ASSERT_TRUE(p.a->postSend(&s).isOk());
+    ASSERT_TRUE(p.a->progress().isOk());  // publishes the first slots
+    if (how == 0) h->tail.store(uint64_t(1) << 50);
+    if (how == 1) h->desc[0].pieceBytes = 0xffffffffu;
+    if (how == 2) h->desc[0].offset = uint64_t(1) << 45;
+    ASSERT_TRUE(p.b->postRecv(&r).isOk());
+    Status err = p.b->progress();
+    ASSERT_FALSE(err.isOk());
+    EXPECT_EQ(err.code(), Code::kRemoteError);
+    EXPECT_NE(err.message().find("rank 0"), std::string::npos) << err.message();
+    for (uint8_t x : in) ASSERT_EQ(x, 2);
+    ::munmap(h, p.b->local().inboxBytes);
   }
 }
 

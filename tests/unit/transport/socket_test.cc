@@ -4,7 +4,9 @@
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -365,6 +367,45 @@ TEST(SendRecvAll, SendToClosedPeerIsRemoteErrorNotSigpipe) {
     s = sendAll(sets->a[0].get(), big.data(), big.size(), Deadline::afterSeconds(30), nullptr);
   ASSERT_FALSE(s.isOk());
   EXPECT_EQ(s.code(), Code::kRemoteError) << s.toString();
+}
+
+// Out of fds, a pending connection keeps the listener readable: the gate
+// stops accepting for a while (pollable() false) instead of letting a poll
+// loop spin, and accepts again once fds are free.
+TEST(AcceptGate, BacksOffWhenOutOfFdsThenAcceptsAgain) {
+  auto any = SocketAddress::parse("127.0.0.1:0");
+  SocketAddress bound;
+  auto l = listenOn(*any, &bound);
+  ASSERT_TRUE(l.isOk()) << l.status().toString();
+  auto client = connectTo(bound, Deadline::afterSeconds(10), nullptr);
+  ASSERT_TRUE(client.isOk()) << client.status().toString();
+  AcceptGate gate;
+  EXPECT_GE(gate.maxPending(), 16u);
+  rlimit saved{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &saved), 0);
+  std::vector<int> filler;
+  {
+    // Use up every fd below a lowered limit.
+    rlimit low = saved;
+    low.rlim_cur = 256;
+    ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &low), 0);
+    for (int fd; (fd = ::dup(0)) >= 0;) filler.push_back(fd);
+    ASSERT_EQ(errno, EMFILE);
+  }
+  auto none = gate.accept(l->get());
+  for (int fd : filler) ::close(fd);
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &saved), 0);
+  ASSERT_TRUE(none.isOk()) << none.status().toString();
+  EXPECT_FALSE(none->valid());
+  EXPECT_EQ(gate.backoffs(), 1u);
+  EXPECT_FALSE(gate.pollable());
+  EXPECT_GT(gate.backoffMsLeft(), 0);
+  EXPECT_FALSE(gate.accept(l->get())->valid()) << "accepted while backing off";
+  std::this_thread::sleep_for(std::chrono::milliseconds(gate.backoffMsLeft() + 5));
+  EXPECT_TRUE(gate.pollable());
+  auto got = gate.accept(l->get());
+  ASSERT_TRUE(got.isOk()) << got.status().toString();
+  EXPECT_TRUE(got->valid());
 }
 
 }  // namespace
