@@ -30,7 +30,7 @@ std::string hostName() {
 
 uint64_t hostHash() {
   auto cfg = settings::current();
-  const std::string& override = cfg->getString("NCCL_HOSTID");
+  const std::string override = cfg->getString("NCCL_HOSTID");
   if (!override.empty()) return fnv1a("hostid:" + override);
   std::string id = hostName();
   std::ifstream boot("/proc/sys/kernel/random/boot_id");

@@ -55,7 +55,7 @@ CpuIsa detect() { return CpuIsa::kScalar; }
 CpuKernelConfig resolveDefaultConfig() {
   CpuKernelConfig config;
   const auto settings = settings::current();
-  const std::string& text = settings->getString("LOOM_CPU_ISA");
+  const std::string text = settings->getString("LOOM_CPU_ISA");
   std::optional<CpuIsa> requested;
   CpuIsa parsed = CpuIsa::kScalar;
   if (parseCpuIsa(text, &parsed)) {
@@ -77,7 +77,7 @@ CpuKernelConfig resolveDefaultConfig() {
 }
 
 bool resolveAccumulateInFloat32() {
-  const std::string& text = settings::current()->getString("LOOM_ACCUMULATE");
+  const std::string text = settings::current()->getString("LOOM_ACCUMULATE");
   if (strcasecmp(text.c_str(), "fp32") == 0) return true;
   if (!text.empty() && strcasecmp(text.c_str(), "native") != 0) {
     LOOM_WARN("LOOM_ACCUMULATE=%s is not one of native, fp32; using native", text.c_str());

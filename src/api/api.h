@@ -62,13 +62,18 @@ ncclResult_t guard(const char* func, F&& body) noexcept {
   }
 }
 
-// Handle registry.
+// Handle registry. A handle is looked up and pinned for the whole call
+// (core::CommRef): destroy and abort remove it from the registry first (so
+// exactly one of two racing teardowns wins), then wait for the pins.
 void registerComm(ncclComm* comm);
-void unregisterComm(ncclComm* comm);
-// The communicator behind a handle, or an error naming `arg`.
-Result<core::Communicator*> lookup(const ncclComm* comm, const char* arg = "comm");
+// The pinned communicator behind a handle, or an error naming `arg`. A
+// handle inherited through fork() is kInvalidUsage.
+Result<core::CommRef> lookup(const ncclComm* comm, const char* arg = "comm");
 // Same, and also refuses a communicator whose sticky error is set.
-Result<core::Communicator*> lookupUsable(const ncclComm* comm);
+Result<core::CommRef> lookupUsable(const ncclComm* comm);
+// Removes a handle from the registry (the caller then owns it) for destroy
+// or abort; an error when it is not live or not this process's.
+Result<ncclComm*> takeHandle(const ncclComm* comm);
 
 Status checkPtr(const void* p, const char* arg);
 Status checkType(ncclDataType_t type);

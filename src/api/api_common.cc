@@ -1,5 +1,7 @@
 #include "api/api.h"
 
+#include <unistd.h>
+
 #include <cstdio>
 
 #include "common/log.h"
@@ -37,23 +39,42 @@ void registerComm(ncclComm* comm) {
   gComms.insert(comm);
 }
 
-void unregisterComm(ncclComm* comm) {
-  std::lock_guard<std::mutex> lock(gMutex);
-  gComms.erase(comm);
+namespace {
+
+Status notLive(const char* arg) {
+  return invalidArgument(std::string(arg) +
+                         " is not a live communicator (it was destroyed, aborted, or never created)");
 }
 
-Result<core::Communicator*> lookup(const ncclComm* comm, const char* arg) {
+Status forked(const char* arg, const core::Communicator& c) {
+  return invalidUsage(std::string(arg) + " was created by process " + std::to_string(c.ownerPid()) +
+                      " and this process (" + std::to_string(getpid()) +
+                      ") inherited it through fork(); a communicator cannot be used, destroyed or aborted in a "
+                      "forked child: create a new one there");
+}
+
+}  // namespace
+
+Result<core::CommRef> lookup(const ncclComm* comm, const char* arg) {
   if (!comm) return invalidArgument(std::string(arg) + " is NULL");
   std::lock_guard<std::mutex> lock(gMutex);
-  if (!gComms.count(comm) || !comm->impl) {
-    return invalidArgument(std::string(arg) +
-                           " is not a live communicator (it was destroyed, aborted, or never created)");
-  }
-  return comm->impl.get();
+  if (!gComms.count(comm) || !comm->impl) return notLive(arg);
+  core::Communicator* c = comm->impl.get();
+  if (c->forkedAway()) return forked(arg, *c);
+  if (!c->tryPin()) return notLive(arg);
+  return core::CommRef::adopt(c);
 }
 
-Result<core::Communicator*> lookupUsable(const ncclComm* comm) {
-  LOOM_ASSIGN_OR_RETURN(core::Communicator* c, lookup(comm));
+Result<ncclComm*> takeHandle(const ncclComm* comm) {
+  std::lock_guard<std::mutex> lock(gMutex);
+  if (!gComms.count(comm) || !comm->impl) return notLive("comm");
+  if (comm->impl->forkedAway()) return forked("comm", *comm->impl);
+  gComms.erase(comm);
+  return const_cast<ncclComm*>(comm);
+}
+
+Result<core::CommRef> lookupUsable(const ncclComm* comm) {
+  LOOM_ASSIGN_OR_RETURN(core::CommRef c, lookup(comm));
   Status s = c->asyncError();
   if (s.code() == Code::kInProgress) {
     s = c->waitReady();  // host mode: calls block, so wait for a pending init

@@ -21,12 +21,21 @@ NCCL_API(const char*, ncclGetErrorString, ncclResult_t result) {
 
 NCCL_API(const char*, ncclGetLastError, ncclComm_t comm) {
   (void)comm;  // one process-wide last error, as NCCL
-  return lastError();
+  try {
+    return lastError();
+  } catch (...) {
+    return "ncclGetLastError: out of memory while copying the last error";
+  }
 }
 
-static void resetDebug() {
-  loom::settings::reload();
-  loom::log::reset();
+// No exception may leave a C entry point; a failed reload keeps the old
+// settings.
+static void resetDebug() noexcept {
+  try {
+    loom::settings::reload();
+    loom::log::reset();
+  } catch (...) {
+  }
 }
 
 NCCL_API(void, ncclResetDebugInit) { resetDebug(); }

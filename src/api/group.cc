@@ -32,7 +32,7 @@ NCCL_API(ncclResult_t, ncclGroupSimulateEnd, ncclSimInfo_t* simInfo) {
 NCCL_API(ncclResult_t, ncclRedOpCreatePreMulSum, ncclRedOp_t* op, void* scalar, ncclDataType_t datatype,
          ncclScalarResidence_t residence, ncclComm_t comm) {
   return guard("ncclRedOpCreatePreMulSum", [&]() -> Status {
-    LOOM_ASSIGN_OR_RETURN(Communicator* c, lookup(comm));
+    LOOM_ASSIGN_OR_RETURN(loom::core::CommRef c, lookup(comm));
     LOOM_TRY(checkPtr(op, "op"));
     LOOM_TRY(checkPtr(scalar, "scalar"));
     LOOM_TRY(checkType(datatype));
@@ -49,7 +49,7 @@ NCCL_API(ncclResult_t, ncclRedOpCreatePreMulSum, ncclRedOp_t* op, void* scalar, 
 
 NCCL_API(ncclResult_t, ncclRedOpDestroy, ncclRedOp_t op, ncclComm_t comm) {
   return guard("ncclRedOpDestroy", [&]() -> Status {
-    LOOM_ASSIGN_OR_RETURN(Communicator* c, lookup(comm));
+    LOOM_ASSIGN_OR_RETURN(loom::core::CommRef c, lookup(comm));
     return c->destroyOp(int(op));
   });
 }

@@ -8,6 +8,7 @@
 
 using loom::Status;
 using loom::core::CommOptions;
+using loom::core::CommRef;
 using loom::core::Communicator;
 
 namespace loom::api {
@@ -79,9 +80,34 @@ Status initFromId(ncclComm_t* comm, int nranks, const ncclUniqueId& id, int rank
   });
 }
 
-void destroyHandle(ncclComm* comm) {
-  unregisterComm(comm);
-  delete comm;
+// How long ncclCommAbort waits for other threads' calls to let go. They see
+// the abort within milliseconds; only a group another thread left open
+// holds its pins longer.
+constexpr double kAbortWaitS = 30;
+
+// ncclCommDestroy and ncclCommAbort: exactly one of two racing teardowns of
+// a handle wins; the communicator is deleted once no call pins it.
+Status closeHandle(ncclComm_t comm, bool abort) {
+  {
+    LOOM_ASSIGN_OR_RETURN(CommRef c, lookup(comm));
+    if (core::groupHolds(c.get())) {
+      return invalidUsage("the calling thread's open group still holds operations or an init for this "
+                          "communicator; call ncclGroupEnd before destroying or aborting it");
+    }
+  }
+  LOOM_ASSIGN_OR_RETURN(ncclComm* handle, takeHandle(comm));
+  Communicator* c = handle->impl.get();
+  if (abort) c->abort();  // a running call notices within milliseconds
+  const double waitS = abort ? kAbortWaitS : std::max(c->options().timeoutS, kAbortWaitS);
+  if (!c->closeAndWait(waitS)) {
+    // Deleting it now would crash the thread that still holds it: keep it.
+    LOOM_WARN("%s is still in use by another thread %.0f s after %s; its memory is kept so that thread "
+              "cannot crash (end that thread's group or call first)",
+              c->describe().c_str(), waitS, abort ? "ncclCommAbort" : "ncclCommDestroy");
+    return Status::ok();
+  }
+  delete handle;
+  return Status::ok();
 }
 
 }  // namespace
@@ -149,7 +175,8 @@ NCCL_API(ncclResult_t, ncclCommInitAll, ncclComm_t* comm, int ndev, const int* d
     }
     Status s = loom::core::groupEnd();
     if (!s.isOk()) {
-      for (ncclComm_t c : comms) if (c) destroyHandle(c);
+      for (ncclComm_t c : comms)
+        if (c) closeHandle(c, true).ignore();
       return s;
     }
     for (int i = 0; i < ndev; ++i) comm[i] = comms[size_t(i)];
@@ -160,7 +187,7 @@ NCCL_API(ncclResult_t, ncclCommInitAll, ncclComm_t* comm, int ndev, const int* d
 NCCL_API(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key, ncclComm_t* newcomm,
          ncclConfig_t* config) {
   return guard("ncclCommSplit", [&]() -> Status {
-    LOOM_ASSIGN_OR_RETURN(Communicator* parent, lookupUsable(comm));
+    LOOM_ASSIGN_OR_RETURN(CommRef parent, lookupUsable(comm));
     LOOM_TRY(checkPtr(newcomm, "newcomm"));
     if (color < NCCL_SPLIT_NOCOLOR) {
       return invalidArgument("color " + std::to_string(color) + " must be >= 0 or NCCL_SPLIT_NOCOLOR (-1)");
@@ -169,17 +196,23 @@ NCCL_API(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key, ncclC
     options.name.clear();
     LOOM_TRY(parseConfig(config, &options));
     *newcomm = nullptr;
+    // Its place among the parent's splits is taken now, in call order,
+    // whichever thread runs it later.
+    const uint64_t ticket = parent->reserveSplit();
     if (color == NCCL_SPLIT_NOCOLOR) {
       if (loom::core::groupDepth() > 0) {
         // No child to own the job: it runs inside groupEnd, even for a
         // non-blocking parent, whose own init thread must stay untouched.
-        loom::core::enqueueInit(nullptr, [parent, key] { return Communicator::split(*parent, -1, key, nullptr); });
+        loom::core::enqueueInit(nullptr, [parent = std::move(parent), ticket, key]() mutable {
+          return Communicator::split(std::move(parent), ticket, -1, key, nullptr);
+        });
         return Status::ok();
       }
-      return Communicator::split(*parent, -1, key, nullptr);
+      return Communicator::split(std::move(parent), ticket, -1, key, nullptr);
     }
-    return startInit(newcomm, options, [parent, color, key](Communicator* child) {
-      return Communicator::split(*parent, color, key, child);
+    // The job lets go of the parent as soon as the split is done with it.
+    return startInit(newcomm, options, [parent = std::move(parent), ticket, color, key](Communicator* child) mutable {
+      return Communicator::split(std::move(parent), ticket, color, key, child);
     });
   });
 }
@@ -202,7 +235,7 @@ NCCL_API(ncclResult_t, ncclCommRevoke, ncclComm_t comm, int revokeFlags) {
 
 NCCL_API(ncclResult_t, ncclCommFinalize, ncclComm_t comm) {
   return guard("ncclCommFinalize", [&]() -> Status {
-    LOOM_ASSIGN_OR_RETURN(Communicator* c, lookup(comm));
+    LOOM_ASSIGN_OR_RETURN(CommRef c, lookup(comm));
     // Host mode: every operation has completed when its call returned, so
     // finalizing only waits for a pending non-blocking init.
     Status s = c->waitReady();
@@ -213,28 +246,20 @@ NCCL_API(ncclResult_t, ncclCommFinalize, ncclComm_t comm) {
 NCCL_API(ncclResult_t, ncclCommDestroy, ncclComm_t comm) {
   return guard("ncclCommDestroy", [&]() -> Status {
     if (!comm) return Status::ok();  // as NCCL: destroying NULL is a no-op
-    LOOM_ASSIGN_OR_RETURN(Communicator* c, lookup(comm));
-    { std::lock_guard<std::mutex> lock(c->opMutex()); }
-    destroyHandle(comm);
-    return Status::ok();
+    return closeHandle(comm, false);
   });
 }
 
 NCCL_API(ncclResult_t, ncclCommAbort, ncclComm_t comm) {
   return guard("ncclCommAbort", [&]() -> Status {
     if (!comm) return Status::ok();
-    LOOM_ASSIGN_OR_RETURN(Communicator* c, lookup(comm));
-    unregisterComm(comm);  // no new call can start on it
-    c->abort();            // a running operation notices within milliseconds
-    { std::lock_guard<std::mutex> lock(c->opMutex()); }
-    delete comm;
-    return Status::ok();
+    return closeHandle(comm, true);
   });
 }
 
 NCCL_API(ncclResult_t, ncclCommGetAsyncError, ncclComm_t comm, ncclResult_t* asyncError) {
   return guard("ncclCommGetAsyncError", [&]() -> Status {
-    LOOM_ASSIGN_OR_RETURN(Communicator* c, lookup(comm));
+    LOOM_ASSIGN_OR_RETURN(CommRef c, lookup(comm));
     LOOM_TRY(checkPtr(asyncError, "asyncError"));
     if (c->ready()) c->pollNotices();
     Status s = c->asyncError();
@@ -250,7 +275,7 @@ NCCL_API(ncclResult_t, ncclCommGetAsyncError, ncclComm_t comm, ncclResult_t* asy
 
 NCCL_API(ncclResult_t, ncclCommCount, const ncclComm_t comm, int* count) {
   return guard("ncclCommCount", [&]() -> Status {
-    LOOM_ASSIGN_OR_RETURN(Communicator* c, lookup(comm));
+    LOOM_ASSIGN_OR_RETURN(CommRef c, lookup(comm));
     LOOM_TRY(checkPtr(count, "count"));
     *count = c->nranks();
     return Status::ok();
@@ -259,7 +284,7 @@ NCCL_API(ncclResult_t, ncclCommCount, const ncclComm_t comm, int* count) {
 
 NCCL_API(ncclResult_t, ncclCommCuDevice, const ncclComm_t comm, int* device) {
   return guard("ncclCommCuDevice", [&]() -> Status {
-    LOOM_ASSIGN_OR_RETURN(Communicator* c, lookup(comm));
+    LOOM_ASSIGN_OR_RETURN(CommRef c, lookup(comm));
     LOOM_TRY(checkPtr(device, "device"));
     *device = c->cudaDevice();
     return Status::ok();
@@ -268,7 +293,7 @@ NCCL_API(ncclResult_t, ncclCommCuDevice, const ncclComm_t comm, int* device) {
 
 NCCL_API(ncclResult_t, ncclCommUserRank, const ncclComm_t comm, int* rank) {
   return guard("ncclCommUserRank", [&]() -> Status {
-    LOOM_ASSIGN_OR_RETURN(Communicator* c, lookup(comm));
+    LOOM_ASSIGN_OR_RETURN(CommRef c, lookup(comm));
     LOOM_TRY(checkPtr(rank, "rank"));
     *rank = c->rank();
     return Status::ok();

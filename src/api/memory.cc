@@ -50,7 +50,7 @@ NCCL_API(ncclResult_t, ncclMemFree, void* ptr) {
 
 NCCL_API(ncclResult_t, ncclCommRegister, const ncclComm_t comm, void* buff, size_t size, void** handle) {
   return guard("ncclCommRegister", [&]() -> Status {
-    LOOM_TRY(lookup(comm).status());
+    LOOM_ASSIGN_OR_RETURN(loom::core::CommRef pinned, lookup(comm));
     LOOM_TRY(checkPtr(buff, "buff"));
     LOOM_TRY(checkPtr(handle, "handle"));
     if (size == 0) return loom::invalidArgument("size is 0");
@@ -64,7 +64,7 @@ NCCL_API(ncclResult_t, ncclCommRegister, const ncclComm_t comm, void* buff, size
 
 NCCL_API(ncclResult_t, ncclCommDeregister, const ncclComm_t comm, void* handle) {
   return guard("ncclCommDeregister", [&]() -> Status {
-    LOOM_TRY(lookup(comm).status());
+    LOOM_ASSIGN_OR_RETURN(loom::core::CommRef pinned, lookup(comm));
     LOOM_TRY(checkPtr(handle, "handle"));
     std::lock_guard<std::mutex> lock(comm->regMutex);
     for (auto it = comm->registrations.begin(); it != comm->registrations.end(); ++it) {
@@ -80,7 +80,7 @@ NCCL_API(ncclResult_t, ncclCommDeregister, const ncclComm_t comm, void* handle) 
 NCCL_API(ncclResult_t, ncclCommWindowRegister, ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win,
          int winFlags) {
   return guard("ncclCommWindowRegister", [&]() -> Status {
-    LOOM_TRY(lookup(comm).status());
+    LOOM_ASSIGN_OR_RETURN(loom::core::CommRef pinned, lookup(comm));
     return loom::invalidUsage("ncclCommWindowRegister (symmetric memory windows) is not supported by loom "
                               "yet; use ncclCommRegister");
   });
@@ -88,7 +88,7 @@ NCCL_API(ncclResult_t, ncclCommWindowRegister, ncclComm_t comm, void* buff, size
 
 NCCL_API(ncclResult_t, ncclCommWindowDeregister, ncclComm_t comm, ncclWindow_t win) {
   return guard("ncclCommWindowDeregister", [&]() -> Status {
-    LOOM_TRY(lookup(comm).status());
+    LOOM_ASSIGN_OR_RETURN(loom::core::CommRef pinned, lookup(comm));
     return loom::invalidUsage("ncclCommWindowDeregister is not supported by loom yet");
   });
 }

@@ -85,7 +85,7 @@ void initLocked() {
   if (gOwnFile && gFile) std::fclose(gFile);
   gFile = stderr;
   gOwnFile = false;
-  const std::string& path = cfg->getString("NCCL_DEBUG_FILE");
+  const std::string path = cfg->getString("NCCL_DEBUG_FILE");
   if (!path.empty()) {
     if (FILE* f = std::fopen(expandPath(path).c_str(), "w")) {
       std::setvbuf(f, nullptr, _IOLBF, 0);

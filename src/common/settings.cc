@@ -244,10 +244,10 @@ const Config::Value& Config::lookup(std::string_view name, Type type) const {
 
 int64_t Config::getInt(std::string_view name) const { return lookup(name, Type::kInt).number; }
 bool Config::getBool(std::string_view name) const { return lookup(name, Type::kBool).number != 0; }
-const std::string& Config::getString(std::string_view name) const {
+std::string Config::getString(std::string_view name) const {
   return lookup(name, Type::kString).text;
 }
-const std::string& Config::text(std::string_view name) const {
+std::string Config::text(std::string_view name) const {
   return lookup(name, Type::kString).text;
 }
 bool Config::isSet(std::string_view name) const {

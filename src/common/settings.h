@@ -40,9 +40,11 @@ class Config {
   // loom and aborts with a message (it can never depend on user input).
   int64_t getInt(std::string_view name) const;
   bool getBool(std::string_view name) const;
-  const std::string& getString(std::string_view name) const;
+  // Strings are returned by value: a snapshot may be replaced (and freed) by
+  // reload() while the caller still uses the text.
+  std::string getString(std::string_view name) const;
   // Raw text as read ("" when unset and no default).
-  const std::string& text(std::string_view name) const;
+  std::string text(std::string_view name) const;
   bool isSet(std::string_view name) const;  // given by env or conf file
   Source source(std::string_view name) const;
   // Problems found while reading (bad numbers...), already logged once.

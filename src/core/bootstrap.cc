@@ -16,10 +16,12 @@ constexpr double kHelloTimeoutS = 30;
 // Sends `sbytes` on sfd while receiving `rbytes` on rfd, so neither side of
 // a ring step can block the other however large the blocks are.
 Status exchange(int sfd, const void* sbuf, size_t sbytes, int rfd, void* rbuf, size_t rbytes,
-                Deadline deadline, const std::atomic<bool>* abort, const std::string& prevName) {
+                Deadline deadline, const std::atomic<bool>* abort, const Bootstrap::Check& check,
+                const std::string& prevName) {
   size_t sent = 0, got = 0;
   while (sent < sbytes || got < rbytes) {
     if (abort && abort->load(std::memory_order_relaxed)) return invalidUsage("communicator aborted");
+    if (check) LOOM_TRY(check());
     pollfd fds[2] = {{sfd, short(sent < sbytes ? POLLOUT : 0), 0},
                      {rfd, short(got < rbytes ? POLLIN : 0), 0}};
     int rc = ::poll(fds, 2, deadline.msLeft(100));
@@ -101,7 +103,7 @@ Status Bootstrap::joinRoot(const net::SocketAddress& root, wire::RankInfo self, 
     return remoteError("the rendezvous at " + root.toString() + " answered with bytes that are not loom's");
   }
   if (reply.status != 0) {
-    std::string text(std::min<uint32_t>(reply.length, 4096), '\0');
+    std::string text(std::min<uint32_t>(reply.length, wire::kMaxNoticeBytes * 4), '\0');
     LOOM_TRY(net::recvAll(fd.get(), text.data(), text.size(), deadline, abort));
     Code code = text.find("timed out") != std::string::npos ? Code::kRemoteError : Code::kInvalidUsage;
     return Status(code, "init failed: " + text);
@@ -111,12 +113,14 @@ Status Bootstrap::joinRoot(const net::SocketAddress& root, wire::RankInfo self, 
   }
   table_.resize(size_t(id_.nranks));
   LOOM_TRY(net::recvAll(fd.get(), table_.data(), reply.length, deadline, abort));
+  for (auto& info : table_) wire::terminate(&info);
   return buildRing(deadline, abort);
 }
 
 Status Bootstrap::adoptTable(std::vector<wire::RankInfo> table, Deadline deadline,
                              const std::atomic<bool>* abort) {
   table_ = std::move(table);
+  for (auto& info : table_) wire::terminate(&info);
   return buildRing(deadline, abort);
 }
 
@@ -130,13 +134,15 @@ Status Bootstrap::buildRing(Deadline deadline, const std::atomic<bool>* abort) {
   return Status::ok();
 }
 
-Result<net::UniqueFd> Bootstrap::connectPeer(int peer, wire::HelloKind kind, uint32_t channel,
-                                             uint32_t index, uint32_t count, const void* payload,
-                                             uint32_t payloadBytes, Deadline deadline,
-                                             const std::atomic<bool>* abort) {
-  LOOM_ASSIGN_OR_RETURN(auto addr, net::SocketAddress::decode(table_[size_t(peer)].listenAddr));
-  auto fd = net::connectTo(addr, deadline, abort);
-  if (!fd.isOk()) return fd.takeStatus().addContext("connecting to " + describe(peer));
+Result<net::SocketAddress> Bootstrap::peerAddress(int peer) const {
+  auto addr = net::SocketAddress::decode(table_[size_t(peer)].listenAddr);
+  if (!addr.isOk()) return addr.takeStatus().addContext("the listen address of " + describe(peer));
+  return addr;
+}
+
+Status Bootstrap::sendHello(int fd, int peer, wire::HelloKind kind, uint32_t channel, uint32_t index,
+                            uint32_t count, const void* payload, uint32_t payloadBytes, Deadline deadline,
+                            const std::atomic<bool>* abort) const {
   wire::Hello h{};
   h.magic = wire::kHelloMagic;
   h.kind = uint32_t(kind);
@@ -149,17 +155,28 @@ Result<net::UniqueFd> Bootstrap::connectPeer(int peer, wire::HelloKind kind, uin
   h.index = index;
   h.count = count;
   h.payload = payloadBytes;
-  LOOM_TRY(net::sendAll(fd.value().get(), &h, sizeof h, deadline, abort));
-  if (payloadBytes) LOOM_TRY(net::sendAll(fd.value().get(), payload, payloadBytes, deadline, abort));
+  LOOM_TRY(net::sendAll(fd, &h, sizeof h, deadline, abort));
+  if (payloadBytes) LOOM_TRY(net::sendAll(fd, payload, payloadBytes, deadline, abort));
+  return Status::ok();
+}
+
+Result<net::UniqueFd> Bootstrap::connectPeer(int peer, wire::HelloKind kind, uint32_t channel,
+                                             uint32_t index, uint32_t count, const void* payload,
+                                             uint32_t payloadBytes, Deadline deadline,
+                                             const std::atomic<bool>* abort) {
+  LOOM_ASSIGN_OR_RETURN(auto addr, peerAddress(peer));
+  auto fd = net::connectTo(addr, deadline, abort);
+  if (!fd.isOk()) return fd.takeStatus().addContext("connecting to " + describe(peer));
+  LOOM_TRY(sendHello(fd.value().get(), peer, kind, channel, index, count, payload, payloadBytes, deadline, abort));
   return std::move(fd.value());
 }
 
-Status Bootstrap::checkHello(const wire::Hello& h) const {
+Status checkHello(const wire::Hello& h, const Bootstrap::Identity& self) {
   if (h.magic != wire::kHelloMagic) return invalidArgument("bytes that are not a loom hello");
-  if (h.secret[0] != id_.secret[0] || h.secret[1] != id_.secret[1])
+  if (h.secret[0] != self.secret[0] || h.secret[1] != self.secret[1])
     return invalidArgument("a wrong secret (claims rank " + std::to_string(h.fromRank) + ")");
-  if (h.commHash != id_.commHash) return invalidArgument("a hello for another communicator");
-  if (h.toRank != uint32_t(id_.rank) || h.fromRank >= uint32_t(id_.nranks))
+  if (h.commHash != self.commHash) return invalidArgument("a hello for another communicator");
+  if (h.toRank != uint32_t(self.rank) || h.fromRank >= uint32_t(self.nranks))
     return invalidArgument("a hello with a bad rank (" + std::to_string(h.fromRank) + ")");
   if (h.kind < uint32_t(wire::HelloKind::kBootstrapRing) || h.kind > uint32_t(wire::HelloKind::kAbortNotice))
     return invalidArgument("a hello of unknown kind");
@@ -171,8 +188,13 @@ Status Bootstrap::checkHello(const wire::Hello& h) const {
 
 void Bootstrap::service() {
   for (;;) {
-    auto fd = net::acceptOne(listener_.get());
+    auto fd = gate_.accept(listener_.get());
     if (!fd.isOk() || !fd.value().valid()) break;
+    if (pending_.size() >= gate_.maxPending()) {
+      LOOM_WARN("rank %d: %zu connections have not identified themselves; closing a new one", id_.rank,
+                pending_.size());
+      continue;
+    }
     pending_.push_back(Pending{std::move(fd.value()), {}, Clock::now()});
   }
   for (size_t i = 0; i < pending_.size();) {
@@ -195,7 +217,7 @@ void Bootstrap::service() {
     if (!drop && p.buf.size() >= sizeof(wire::Hello)) {
       wire::Hello h;
       std::memcpy(&h, p.buf.data(), sizeof h);
-      Status ok = checkHello(h);
+      Status ok = checkHello(h, id_);
       if (!ok.isOk()) {
         LOOM_WARN("rank %d: refused a connection that sent %s", id_.rank, ok.message().c_str());
         drop = true;
@@ -220,7 +242,9 @@ void Bootstrap::service() {
 }
 
 void Bootstrap::pollFds(std::vector<pollfd>* fds) const {
-  fds->push_back({listener_.get(), POLLIN, 0});
+  // While accepting backs off (out of fds) the listener is not polled: the
+  // callers' poll caps (at most 200 ms) bring them back.
+  if (gate_.pollable()) fds->push_back({listener_.get(), POLLIN, 0});
   for (const Pending& p : pending_) fds->push_back({p.fd.get(), POLLIN, 0});
 }
 
@@ -247,14 +271,15 @@ Result<net::UniqueFd> Bootstrap::waitFor(wire::HelloKind kind, int from, Deadlin
     if (auto fd = take(kind, from, 0, 0)) return std::move(*fd);
     if (abort && abort->load()) return invalidUsage("communicator aborted");
     if (deadline.expired()) return remoteError("timed out waiting for " + describe(from) + " to connect");
-    std::vector<pollfd> fds{{listener_.get(), POLLIN, 0}};
-    for (auto& p : pending_) fds.push_back({p.fd.get(), POLLIN, 0});
+    std::vector<pollfd> fds;
+    pollFds(&fds);
     if (::poll(fds.data(), fds.size(), deadline.msLeft(100)) < 0 && errno != EINTR)
       return systemErrno("poll", errno);
   }
 }
 
-Status Bootstrap::allGather(void* data, size_t bytes, Deadline deadline, const std::atomic<bool>* abort) {
+Status Bootstrap::allGather(void* data, size_t bytes, Deadline deadline, const std::atomic<bool>* abort,
+                            const Check& check) {
   const int n = id_.nranks;
   auto* base = static_cast<uint8_t*>(data);
   const std::string prevName = describe((id_.rank + n - 1) % n);
@@ -262,7 +287,7 @@ Status Bootstrap::allGather(void* data, size_t bytes, Deadline deadline, const s
     int sendBlock = (id_.rank - k + n) % n;
     int recvBlock = (id_.rank - k - 1 + n) % n;
     LOOM_TRY(exchange(ringNext_.get(), base + size_t(sendBlock) * bytes, bytes, ringPrev_.get(),
-                      base + size_t(recvBlock) * bytes, bytes, deadline, abort, prevName));
+                      base + size_t(recvBlock) * bytes, bytes, deadline, abort, check, prevName));
   }
   return Status::ok();
 }

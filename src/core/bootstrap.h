@@ -12,6 +12,7 @@
 #include <poll.h>
 
 #include <atomic>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -65,13 +66,23 @@ class Bootstrap {
 
   // Ring collectives: blocking, bounded by the deadline and abort flag.
   // allGather: `data` holds nranks blocks of `bytes`; block `rank` is ours.
-  Status allGather(void* data, size_t bytes, Deadline deadline, const std::atomic<bool>* abort);
+  // `check` (may be empty) runs at least every 100 ms while waiting; an
+  // error from it (a peer's abort notice, say) ends the wait.
+  using Check = std::function<Status()>;
+  Status allGather(void* data, size_t bytes, Deadline deadline, const std::atomic<bool>* abort,
+                   const Check& check = {});
   Status barrier(Deadline deadline, const std::atomic<bool>* abort);
 
   // Opens a connection to `peer`'s listener and sends the Hello (+payload).
   Result<net::UniqueFd> connectPeer(int peer, wire::HelloKind kind, uint32_t channel, uint32_t index,
                                     uint32_t count, const void* payload, uint32_t payloadBytes,
                                     Deadline deadline, const std::atomic<bool>* abort);
+  // The same in non-blocking halves: peerAddress() to start a connect
+  // (net::startConnect), sendHello() once it is connected.
+  Result<net::SocketAddress> peerAddress(int peer) const;
+  Status sendHello(int fd, int peer, wire::HelloKind kind, uint32_t channel, uint32_t index, uint32_t count,
+                   const void* payload, uint32_t payloadBytes, Deadline deadline,
+                   const std::atomic<bool>* abort) const;
   // Accepts and reads pending connections without blocking.
   void service();
   // What service() waits on: the listener and connections whose hello is
@@ -87,7 +98,6 @@ class Bootstrap {
  private:
   explicit Bootstrap(const Identity& id) : id_(id) {}
   Status buildRing(Deadline deadline, const std::atomic<bool>* abort);
-  Status checkHello(const wire::Hello& h) const;
   Result<net::UniqueFd> waitFor(wire::HelloKind kind, int from, Deadline deadline,
                                 const std::atomic<bool>* abort);
 
@@ -103,11 +113,16 @@ class Bootstrap {
   net::SocketAddress listenAddr_;
   std::vector<wire::RankInfo> table_;
   net::UniqueFd ringNext_, ringPrev_;
+  net::AcceptGate gate_;
   std::vector<Pending> pending_;
   std::map<Key, net::UniqueFd> stash_;
   std::vector<Notice> notices_;
   std::map<int, int> dataSockets_;  // from rank -> announced socket count
 };
+
+// Checks a Hello received on the listener of `self` (a rank of a
+// communicator): magic, secret, communicator, ranks, kind, payload size.
+Status checkHello(const wire::Hello& h, const Bootstrap::Identity& self);
 
 // 64-bit FNV-1a of some bytes (comm hashes, secrets from text).
 uint64_t hashBytes(const void* data, size_t bytes, uint64_t seed = 1469598103934665603ull);

@@ -23,7 +23,7 @@ constexpr int kAvg = 4;
 constexpr uint64_t kWellKnownSecret[2] = {0x6c6f6f6d2d636f6dull, 0x6d2d69642d763031ull};
 
 void secretFromSettings(uint64_t out[2]) {
-  const std::string& text = settings::current()->getString("LOOM_COMM_SECRET");
+  const std::string text = settings::current()->getString("LOOM_COMM_SECRET");
   if (text.empty()) {
     out[0] = kWellKnownSecret[0];
     out[1] = kWellKnownSecret[1];
@@ -34,7 +34,7 @@ void secretFromSettings(uint64_t out[2]) {
 }
 
 Result<net::SocketAddress> commIdAddress() {
-  const std::string& env = settings::current()->getString("NCCL_COMM_ID");
+  const std::string env = settings::current()->getString("NCCL_COMM_ID");
   auto addr = net::SocketAddress::parse(env);
   if (!addr.isOk()) {
     return invalidArgument("NCCL_COMM_ID='" + env + "' is not a valid host:port: " +
@@ -85,7 +85,10 @@ Status getUniqueId(uint8_t id[kUniqueIdBytes]) {
     ro.secret[0] = p.secret[0];
     ro.secret[1] = p.secret[1];
     ro.initTimeoutS = CommOptions::fromSettings().initTimeoutS;
-    LOOM_TRY(startRoot(std::move(listener), ro));
+    // Nobody owns this root: it ends once its ranks have their table, or at
+    // the init timeout when they never come.
+    LOOM_ASSIGN_OR_RETURN(auto server, RootServer::start(std::move(listener), ro));
+    RootServer::detach(std::move(server));
     LOOM_INFO(log::kBootstrap, "unique id: rendezvous root listens on %s", root.toString().c_str());
   }
   if (getrandom(&p.nonce, sizeof p.nonce, 0) != ssize_t(sizeof p.nonce)) p.nonce = uint64_t(getpid());
@@ -94,13 +97,48 @@ Status getUniqueId(uint8_t id[kUniqueIdBytes]) {
   return Status::ok();
 }
 
-Communicator::Communicator(const CommOptions& options) : options_(options) {
+Communicator::Communicator(const CommOptions& options) : options_(options), ownerPid_(::getpid()) {
   wakeFd_.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
 }
 
 Communicator::~Communicator() {
   abort();
   if (initThread_.joinable()) initThread_.join();
+  root_.reset();  // stops a rendezvous that is still waiting, and joins it
+}
+
+bool Communicator::tryPin() {
+  std::lock_guard<std::mutex> lock(pinMutex_);
+  if (closing_) return false;
+  ++pins_;
+  return true;
+}
+
+void Communicator::addPin() {
+  std::lock_guard<std::mutex> lock(pinMutex_);
+  ++pins_;
+}
+
+void Communicator::unpin() {
+  std::lock_guard<std::mutex> lock(pinMutex_);
+  if (--pins_ == 0) pinCv_.notify_all();
+}
+
+bool Communicator::closeAndWait(double seconds) {
+  std::unique_lock<std::mutex> lock(pinMutex_);
+  closing_ = true;
+  return pinCv_.wait_for(lock, std::chrono::duration<double>(seconds), [this] { return pins_ == 0; });
+}
+
+void Communicator::addDependent(Communicator* child) {
+  std::lock_guard<std::mutex> lock(dependentsMutex_);
+  dependents_.push_back(child);
+  if (aborted()) child->abort();
+}
+
+void Communicator::removeDependent(Communicator* child) {
+  std::lock_guard<std::mutex> lock(dependentsMutex_);
+  dependents_.erase(std::remove(dependents_.begin(), dependents_.end(), child), dependents_.end());
 }
 
 std::string Communicator::describe() const {
@@ -147,7 +185,9 @@ Status Communicator::initFromId(const uint8_t id[kUniqueIdBytes], int nranks, in
     ro.secret[0] = ident.secret[0];
     ro.secret[1] = ident.secret[1];
     ro.initTimeoutS = options_.initTimeoutS;
-    LOOM_TRY(startRoot(std::move(listener.value()), ro));
+    // Owned: if this rank's init fails or it is destroyed early, the root
+    // stops (telling the waiting ranks) and the fixed port is free again.
+    LOOM_ASSIGN_OR_RETURN(root_, RootServer::start(std::move(listener.value()), ro));
   }
   LOOM_ASSIGN_OR_RETURN(bootstrap_, Bootstrap::open(ident, &root));
   LOOM_ASSIGN_OR_RETURN(Mode mode, processMode());
@@ -178,25 +218,53 @@ Status Communicator::finishInit() {
   // operation is noticed by its connections closing.
   std::vector<int> ring{(rank_ + 1) % nranks_, (rank_ + nranks_ - 1) % nranks_};
   LOOM_TRY(connectAll(ring, Deadline::afterSeconds(options_.initTimeoutS)));
-  state_.store(State::kReady);
+  setState(State::kReady);
   LOOM_INFO(log::kInit, "%s ready (%d ranks, %d sockets per peer)", describe().c_str(), nranks_,
             options_.link.socketsPerPeer);
   return Status::ok();
 }
 
+void Communicator::setState(State s) {
+  {
+    std::lock_guard<std::mutex> lock(stateMutex_);
+    state_.store(s);
+  }
+  stateCv_.notify_all();
+}
+
 void Communicator::startAsync(std::function<Status()> job) {
-  initThread_ = std::thread([this, job = std::move(job)] {
-    Status s = job();
+  auto body = [this, job = std::move(job)] {
+    Status s;
+    try {
+      s = job();
+    } catch (const std::bad_alloc&) {
+      s = systemError("out of host memory during init");
+    } catch (const std::exception& e) {
+      s = internalError(std::string("unexpected exception during init: ") + e.what());
+    }
     if (!s.isOk()) {
       fail(s, false);
-      state_.store(State::kFailed);
+      setState(State::kFailed);
     }
-  });
+  };
+  try {
+    initThread_ = std::thread(std::move(body));
+  } catch (const std::system_error& e) {
+    fail(systemError(std::string("cannot start the init thread: ") + e.what()), false);
+    setState(State::kFailed);
+  }
 }
 
 Status Communicator::waitReady() {
-  if (initThread_.joinable() && initThread_.get_id() != std::this_thread::get_id()) initThread_.join();
+  std::unique_lock<std::mutex> lock(stateMutex_);
+  stateCv_.wait(lock, [this] { return state_.load() != State::kInitializing; });
+  lock.unlock();
   return asyncError();
+}
+
+Status Communicator::stickyError() const {
+  std::lock_guard<std::mutex> lock(errorMutex_);
+  return error_;
 }
 
 Status Communicator::asyncError() const {
@@ -215,13 +283,13 @@ void Communicator::fail(const Status& status, bool tellPeers) {
     error_ = status;
   }
   LOOM_WARN("%s: %s", describe().c_str(), status.message().c_str());
-  if (!tellPeers || !bootstrap_ || nranks_ <= 1) return;
+  if (!tellPeers || !bootstrap_ || nranks_ <= 1 || forkedAway()) return;
+  // The peer table is immutable after init: no lock needed to connect.
   std::string text = status.message().substr(0, wire::kMaxNoticeBytes);
   Deadline total = Deadline::afterSeconds(3);
   for (int r = 0; r < nranks_ && !total.expired(); ++r) {
     if (r == rank_) continue;
     Deadline d = Deadline::afterMs(std::min(500, total.msLeft()));
-    std::lock_guard<std::mutex> lock(listenMutex_);
     auto fd = bootstrap_->connectPeer(r, wire::HelloKind::kAbortNotice, 0, 0, 0, text.data(),
                                       uint32_t(text.size()), d, nullptr);
     fd.status().ignore();
@@ -242,9 +310,18 @@ void Communicator::pollNotices() {
 }
 
 void Communicator::abort() {
-  if (abort_.exchange(true)) return;
-  uint64_t one = 1;
-  if (wakeFd_.valid()) (void)!::write(wakeFd_.get(), &one, sizeof one);
+  if (forkedAway()) return;  // the eventfd is shared with the parent
+  if (!abort_.exchange(true)) {
+    uint64_t one = 1;
+    if (wakeFd_.valid()) (void)!::write(wakeFd_.get(), &one, sizeof one);
+  }
+  std::lock_guard<std::mutex> lock(dependentsMutex_);
+  for (Communicator* child : dependents_) child->abort();
+}
+
+void Communicator::pollFdsForNotices(std::vector<pollfd>* fds) {
+  std::lock_guard<std::mutex> lock(listenMutex_);
+  if (bootstrap_) bootstrap_->pollFds(fds);
 }
 
 Status Communicator::connectStep(const std::vector<int>& peers, bool* ready) {
@@ -259,6 +336,7 @@ Status Communicator::connectStep(const std::vector<int>& peers, bool* ready) {
     }
     bool linkReady = false;
     {
+      // Short: advance() never blocks (a watchdog's pollNotices waits here).
       std::lock_guard<std::mutex> lock(listenMutex_);
       Status s = link->advance(*bootstrap_, &abort_, &linkReady);
       if (!s.isOk()) return s.addContext("connecting to " + describePeer(p));
@@ -291,12 +369,10 @@ Status Communicator::connectAll(const std::vector<int>& peers, Deadline deadline
     }
     // Sleep until the listener, a link's socket or an abort has news; the
     // cap only bounds how late the deadline is noticed.
+    pollNotices();
+    LOOM_TRY(stickyError());
     std::vector<pollfd> fds{{wakeFd_.get(), POLLIN, 0}};
-    {
-      std::lock_guard<std::mutex> lock(listenMutex_);
-      bootstrap_->service();
-      bootstrap_->pollFds(&fds);
-    }
+    pollFdsForNotices(&fds);
     for (const auto& [peer, link] : links_) link->pollFds(&fds);
     ::poll(fds.data(), fds.size(), 200);
   }
@@ -374,30 +450,116 @@ Status Communicator::resolveOp(int op, kernels::DataType type, kernels::Reductio
 
 namespace loom::core {
 
-Status Communicator::split(Communicator& parent, int color, int key, Communicator* child) {
+uint64_t Communicator::reserveSplit() {
+  std::lock_guard<std::mutex> lock(splitMutex_);
+  return splitsReserved_++;
+}
+
+Status Communicator::waitSplitTurn(uint64_t ticket, const std::atomic<bool>* abort) {
+  const Deadline deadline = Deadline::afterSeconds(options_.initTimeoutS);
+  std::unique_lock<std::mutex> lock(splitMutex_);
+  while (splitsDone_ != ticket) {
+    Status s;
+    if (abort->load() || aborted()) s = invalidUsage("communicator aborted");
+    else if (deadline.expired())
+      s = remoteError("ncclCommSplit #" + std::to_string(ticket) + " on " + describe() + " waited " +
+                      std::to_string(int(options_.initTimeoutS)) + " s for the splits called before it");
+    if (!s.isOk()) {
+      // Given up: the splits after this one must not wait for it.
+      abandonedSplits_.insert(ticket);
+      return s;
+    }
+    splitCv_.wait_for(lock, std::chrono::milliseconds(50));
+  }
+  return Status::ok();
+}
+
+void Communicator::finishSplitTurn() {
+  {
+    std::lock_guard<std::mutex> lock(splitMutex_);
+    ++splitsDone_;
+    while (abandonedSplits_.erase(splitsDone_)) ++splitsDone_;
+  }
+  splitCv_.notify_all();
+}
+
+Status Communicator::waitSplits() {
+  std::unique_lock<std::mutex> lock(splitMutex_);
+  const uint64_t mine = splitsReserved_;
+  const Deadline deadline = Deadline::afterSeconds(options_.initTimeoutS);
+  while (splitsDone_ < mine) {
+    if (aborted()) return invalidUsage("the communicator was aborted (ncclCommAbort)");
+    if (deadline.expired()) {
+      return remoteError(describe() + ": an operation waited " + std::to_string(int(options_.initTimeoutS)) +
+                         " s for an earlier ncclCommSplit of this communicator to finish");
+    }
+    splitCv_.wait_for(lock, std::chrono::milliseconds(50));
+  }
+  return Status::ok();
+}
+
+Status Communicator::split(CommRef parentRef, uint64_t ticket, int color, int key, Communicator* child) {
   struct Entry {
     int32_t color;
     int32_t key;
+    uint64_t ticket;
     wire::RankInfo info;
   };
+  Communicator& parent = *parentRef;
+  // While the child is being set up, aborting the parent aborts it; a
+  // NOCOLOR rank has no child and waits on the parent itself.
+  Communicator* waiter = child ? child : &parent;
+  if (child) parent.addDependent(child);
+  struct Detach {
+    Communicator* parent;
+    Communicator* child;
+    ~Detach() {
+      if (child) parent->removeDependent(child);
+    }
+  } detach{&parent, child};
+
   const int n = parent.nranks(), me = parent.rank();
   std::vector<Entry> all(static_cast<size_t>(n));
   Entry& mine = all[size_t(me)];
   mine.color = child ? color : -1;
   mine.key = key;
+  mine.ticket = ticket;
   mine.info = parent.bootstrap().peer(me);
   if (child) {
     net::SocketAddress reach = parent.bootstrap().listenAddress();
     LOOM_ASSIGN_OR_RETURN(child->bootstrap_, Bootstrap::open(Bootstrap::Identity{}, &reach));
     child->bootstrap_->listenAddress().encode(mine.info.listenAddr);
   }
+  const std::string what = "ncclCommSplit on " + parent.describe();
   Deadline deadline = Deadline::afterSeconds(parent.options().initTimeoutS);
+  LOOM_TRY(parent.waitSplitTurn(ticket, waiter->abortFlag()).addContext(what));
   {
+    struct Turn {
+      Communicator* c;
+      ~Turn() { c->finishSplitTurn(); }
+    } turn{&parent};
     std::lock_guard<std::mutex> lock(parent.opMutex());
-    LOOM_TRY(parent.bootstrap().allGather(all.data(), sizeof(Entry), deadline, parent.abortFlag())
-                 .addContext("ncclCommSplit on " + parent.describe()));
+    // A peer that failed (or died: its neighbours fail and tell everyone)
+    // ends the exchange at once instead of at the deadline.
+    auto check = [&parent]() -> Status {
+      parent.pollNotices();
+      Status s = parent.stickyError();
+      return s.isOk() ? s : Status(s.code(), "the parent communicator failed: " + s.message());
+    };
+    Status s = parent.bootstrap().allGather(all.data(), sizeof(Entry), deadline, waiter->abortFlag(), check);
+    if (!s.isOk()) {
+      s = s.addContext(what);
+      if (!waiter->aborted() && !parent.aborted()) parent.fail(s, true);  // its bootstrap ring is broken
+      return s;
+    }
   }
-  const uint64_t splitSeq = ++parent.splits_;
+  for (int r = 0; r < n; ++r) {
+    if (all[size_t(r)].ticket != ticket) {
+      return invalidUsage(what + ": rank " + std::to_string(r) + " matched this split with its ncclCommSplit #" +
+                          std::to_string(all[size_t(r)].ticket) + " but this rank's is #" + std::to_string(ticket) +
+                          "; every rank must split a communicator in the same order");
+    }
+  }
   if (!child) return Status::ok();
   std::vector<int> members;
   for (int r = 0; r < n; ++r)
@@ -408,10 +570,14 @@ Status Communicator::split(Communicator& parent, int color, int key, Communicato
   Bootstrap::Identity ident = parent.bootstrap().identity();
   ident.nranks = int(members.size());
   ident.rank = int(std::find(members.begin(), members.end(), me) - members.begin());
-  uint64_t mix[3] = {ident.commHash, uint64_t(uint32_t(color)), splitSeq};
+  uint64_t mix[3] = {ident.commHash, uint64_t(uint32_t(color)), ticket + 1};
   ident.commHash = hashBytes(mix, sizeof mix);
   std::vector<wire::RankInfo> table;
   for (int r : members) table.push_back(all[size_t(r)].info);
+  // Done with the parent: it may be destroyed from here on.
+  detach.child = nullptr;
+  parent.removeDependent(child);
+  parentRef.reset();
   child->rank_ = ident.rank;
   child->nranks_ = ident.nranks;
   child->bootstrap_->setIdentity(ident);

@@ -5,15 +5,29 @@
 // reduction ops, and the sticky error. Threading: operations on a
 // communicator run one at a time (opMutex); abort() may be called from any
 // thread and makes a running operation return within a bounded time.
+//
+// Lifetime: every call that uses a communicator holds a pin (CommRef) for
+// as long as it uses it: API calls, operations queued in a group, split and
+// init jobs on their threads. closeAndWait() refuses new pins and waits for
+// the held ones, so a communicator is deleted only when nobody uses it.
+//
+// fork(): a communicator belongs to the process that created it. In a child
+// it is never touched (no shared-memory flag written, no fd signalled):
+// calls on it fail with kInvalidUsage.
 #pragma once
 
+#include <sys/types.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
 #include <span>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -24,6 +38,7 @@
 #include "core/mode.h"
 #include "core/op.h"
 #include "core/peer_link.h"
+#include "core/root.h"
 #include "transport/connection.h"
 
 namespace loom::core {
@@ -45,6 +60,8 @@ struct CommOptions {
 // NCCL_COMM_ID, describes that address; rank 0 starts the root at init).
 Status getUniqueId(uint8_t id[kUniqueIdBytes]);
 
+class CommRef;
+
 class Communicator {
  public:
   explicit Communicator(const CommOptions& options);
@@ -56,15 +73,38 @@ class Communicator {
   // thread or the non-blocking init thread; sets the state when done.
   Status initFromId(const uint8_t id[kUniqueIdBytes], int nranks, int rank);
   // Runs `job` (an init) on a thread of its own; asyncError() says
-  // kInProgress until it finishes.
+  // kInProgress until it finishes. Call at most once.
   void startAsync(std::function<Status()> job);
-  // Waits for an asynchronous init to finish and returns its result.
+  // Waits for an asynchronous init to finish and returns its result. Any
+  // number of threads may wait; only the destructor joins the thread.
   Status waitReady();
 
+  // Splits are matched across ranks by call order (NCCL requires every rank
+  // to split a communicator in the same order). reserveSplit() runs on the
+  // caller's thread when ncclCommSplit is called and returns the split's
+  // ticket; split() then waits for the splits before it, runs its exchange
+  // over the parent, and lets the next one go. Collectives on the parent
+  // wait for the splits reserved before them (waitSplits), so a split that
+  // runs on its own thread never deadlocks against them.
+  uint64_t reserveSplit();
+  Status waitSplits();
   // Collective over the parent: ranks with the same color form a new
   // communicator ordered by (key, parent rank) and `child` (created by the
   // caller, null for NCCL_SPLIT_NOCOLOR = -1) becomes this rank's member.
-  static Status split(Communicator& parent, int color, int key, Communicator* child);
+  // The parent pin is released as soon as the exchange over it is done; an
+  // abort of the parent aborts a child still being set up.
+  static Status split(CommRef parent, uint64_t ticket, int color, int key, Communicator* child);
+
+  // Pins (see CommRef). tryPin fails once close has begun.
+  bool tryPin();
+  void addPin();  // another pin beside one already held
+  void unpin();
+  // Refuses new pins and waits up to `seconds` for the held ones to go.
+  // False when some are still held then (the caller must not delete it).
+  bool closeAndWait(double seconds);
+  // True in a process forked from the one that created this communicator.
+  bool forkedAway() const { return ::getpid() != ownerPid_; }
+  pid_t ownerPid() const { return ownerPid_; }
 
   int rank() const { return rank_; }
   int nranks() const { return nranks_; }
@@ -77,15 +117,24 @@ class Communicator {
 
   // Sticky error: kInProgress during async init; the first failure after.
   Status asyncError() const;
+  // The first failure only (ok while initializing).
+  Status stickyError() const;
   bool ready() const { return state_.load() == State::kReady; }
   // Records a failure (first one wins) and, when `tellPeers`, sends an abort
   // notice to every other rank so non-neighbours learn about it too.
   void fail(const Status& status, bool tellPeers);
   // Non-blocking check of the listener for abort notices from peers.
   void pollNotices();
+  // The fds whose readiness means pollNotices() may find something.
+  void pollFdsForNotices(std::vector<pollfd>* fds);
 
-  // Any thread: stop what runs on this communicator, as soon as possible.
+  // Any thread: stop what runs on this communicator, as soon as possible;
+  // communicators being split from it are aborted too.
   void abort();
+  // While `child` is being set up by a split of this communicator, an
+  // abort of this one aborts it too.
+  void addDependent(Communicator* child);
+  void removeDependent(Communicator* child);
   bool aborted() const { return abort_.load(std::memory_order_relaxed); }
   const std::atomic<bool>* abortFlag() const { return &abort_; }
   int wakeFd() const { return wakeFd_.get(); }
@@ -110,8 +159,11 @@ class Communicator {
 
  private:
   enum class State { kInitializing, kReady, kFailed };
-  Status initCommon(const net::SocketAddress* reach);
   Status finishInit();
+  void setState(State s);
+  // Splits: waits until `ticket` is the next one to run.
+  Status waitSplitTurn(uint64_t ticket, const std::atomic<bool>* abort);
+  void finishSplitTurn();
 
   struct UserOp {
     bool live = false;
@@ -127,20 +179,67 @@ class Communicator {
   std::unique_ptr<Bootstrap> bootstrap_;
   std::vector<std::unique_ptr<transport::Connection>> conns_;
   std::vector<transport::Connection*> connPtrs_;
+  const pid_t ownerPid_;
   std::atomic<State> state_{State::kInitializing};
+  std::mutex stateMutex_;  // with stateCv_: waiting for an async init
+  std::condition_variable stateCv_;
   mutable std::mutex errorMutex_;
   Status error_;
   std::atomic<bool> abort_{false};
   net::UniqueFd wakeFd_;
-  std::thread initThread_;
+  std::thread initThread_;  // joined by the destructor only
+  std::unique_ptr<RootServer> root_;  // NCCL_COMM_ID rank 0's rendezvous
+  std::mutex pinMutex_;
+  std::condition_variable pinCv_;
+  int pins_ = 0;
+  bool closing_ = false;
+  std::mutex dependentsMutex_;
+  std::vector<Communicator*> dependents_;
+  std::mutex splitMutex_;
+  std::condition_variable splitCv_;
+  uint64_t splitsReserved_ = 0;  // tickets handed out
+  uint64_t splitsDone_ = 0;      // splits whose exchange over this one ended
+  std::set<uint64_t> abandonedSplits_;  // gave up waiting for their turn
   std::mutex listenMutex_;  // guards the bootstrap listener state
   std::map<int, std::unique_ptr<PeerLink>> links_;  // connections being set up
   std::mutex opMutex_;
   Scratch scratch_;
   uint64_t seq_ = 0;
-  uint64_t splits_ = 0;  // ncclCommSplit calls on this communicator
   mutable std::mutex opsMutex_;
   std::vector<UserOp> userOps_;
+};
+
+// A pinned reference to a communicator: while one exists the communicator
+// is not deleted. Copies pin again; moves transfer the pin.
+class CommRef {
+ public:
+  CommRef() = default;
+  // Takes over a pin the caller already holds (tryPin succeeded).
+  static CommRef adopt(Communicator* c) {
+    CommRef r;
+    r.c_ = c;
+    return r;
+  }
+  CommRef(const CommRef& o) : c_(o.c_) {
+    if (c_) c_->addPin();
+  }
+  CommRef(CommRef&& o) noexcept : c_(o.c_) { o.c_ = nullptr; }
+  CommRef& operator=(CommRef o) noexcept {
+    std::swap(c_, o.c_);
+    return *this;
+  }
+  ~CommRef() { reset(); }
+  void reset() {
+    if (c_) c_->unpin();
+    c_ = nullptr;
+  }
+  Communicator* get() const { return c_; }
+  Communicator* operator->() const { return c_; }
+  Communicator& operator*() const { return *c_; }
+  explicit operator bool() const { return c_ != nullptr; }
+
+ private:
+  Communicator* c_ = nullptr;
 };
 
 }  // namespace loom::core

@@ -10,10 +10,14 @@ namespace loom::core {
 using transport::Connection;
 using transport::Transfer;
 
-std::byte* Scratch::get(size_t bytes) {
+Result<std::byte*> Scratch::get(size_t bytes) {
   if (bytes > size_) {
     void* p = nullptr;
-    if (posix_memalign(&p, 4096, bytes) != 0) return nullptr;
+    if (posix_memalign(&p, 4096, bytes) != 0) {
+      return systemError("cannot allocate " + std::to_string(bytes) +
+                         " bytes of staging memory for this operation (out of host memory); lower "
+                         "LOOM_CHUNK_BYTES / NCCL_BUFFSIZE or free memory");
+    }
     mem_.reset(static_cast<std::byte*>(p));
     size_ = bytes;
   }
@@ -28,29 +32,62 @@ void PlanRunner::ReduceSink::consume(size_t offset, const void* bytes, size_t n)
   kernels::reduce(*reduction, dst + offset, partials, 1, local ? local + offset : nullptr, count, post);
 }
 
-PlanRunner::PlanRunner(const Plan* plan, std::vector<std::byte*> buffers,
-                       kernels::Reduction reduction, bool reducing,
-                       std::span<Connection* const> conns, Scratch* scratch)
+namespace {
+
+// Whether a step of a reducing plan transforms its local input (pre-multiply,
+// or the final division of an average).
+bool transforms(const Step& s, const kernels::Reduction& reduction, bool reducing) {
+  return reducing && s.reduce &&
+         (reduction.op == kernels::RedOp::kPreMulSum || (s.post && reduction.op == kernels::RedOp::kSumPostDiv));
+}
+
+}  // namespace
+
+size_t PlanRunner::streamSlotBytes(const std::vector<Step>& steps, const kernels::Reduction& reduction,
+                                   bool reducing) {
+  size_t biggest = 0;
+  for (const Step& s : steps) {
+    const bool slot = s.recvPeer >= 0 ? (s.reduce || !s.out.valid())
+                                      : (transforms(s, reduction, reducing) && s.sendPeer >= 0 && !s.out.valid());
+    if (slot) biggest = std::max(biggest, s.bytes);
+  }
+  return (biggest + 63) / 64 * 64;
+}
+
+size_t PlanRunner::stagingBytes(const Plan& plan, const kernels::Reduction& reduction, bool reducing) {
+  size_t total = 0;
+  for (const auto& stream : plan.streams) total += streamSlotBytes(stream.steps, reduction, reducing) * kSlots;
+  return total;
+}
+
+Result<std::unique_ptr<PlanRunner>> PlanRunner::create(const Plan* plan, std::vector<std::byte*> buffers,
+                                                       kernels::Reduction reduction, bool reducing,
+                                                       std::span<Connection* const> conns, Scratch* scratch) {
+  std::unique_ptr<PlanRunner> r(new PlanRunner(plan, std::move(buffers), reduction, reducing, conns));
+  size_t total = 0;
+  for (const auto& st : r->streams_) total += st.slotBytes * kSlots;
+  if (total == 0) return r;
+  LOOM_ASSIGN_OR_RETURN(std::byte * base, scratch->get(total));
+  for (auto& st : r->streams_) {
+    st.slots = st.slotBytes ? base : nullptr;
+    base += st.slotBytes * kSlots;
+  }
+  return r;
+}
+
+PlanRunner::PlanRunner(const Plan* plan, std::vector<std::byte*> buffers, kernels::Reduction reduction,
+                       bool reducing, std::span<Connection* const> conns)
     : plan_(plan), buffers_(std::move(buffers)), reduction_(reduction), reducing_(reducing),
       conns_(conns), streams_(plan->streams.size()) {
-  size_t total = 0;
   for (size_t i = 0; i < plan->streams.size(); ++i) {
-    size_t biggest = 0;
     for (const Step& s : plan->streams[i].steps) {
       for (int peer : {s.recvPeer, s.sendPeer}) {
         if (peer < 0) continue;
         Connection* c = conns_[size_t(peer)];
         if (std::find(used_.begin(), used_.end(), c) == used_.end()) used_.push_back(c);
       }
-      biggest = std::max(biggest, s.bytes);
     }
-    streams_[i].slotBytes = (biggest + 63) / 64 * 64;
-    total += streams_[i].slotBytes * kSlots;
-  }
-  std::byte* base = total ? scratch->get(total) : nullptr;
-  for (auto& st : streams_) {
-    st.slots = base;
-    if (base) base += st.slotBytes * kSlots;
+    streams_[i].slotBytes = streamSlotBytes(plan->streams[i].steps, reduction_, reducing_);
   }
 }
 
@@ -196,9 +233,7 @@ Status PlanRunner::compute(const Step& step, StreamState& st) {
     st.recvSlot = -1;
   } else {
     std::byte* src = ptr(step.local);
-    const bool transform = reducing_ && step.reduce &&
-                           (reduction_.op == kernels::RedOp::kPreMulSum ||
-                            (step.post && reduction_.op == kernels::RedOp::kSumPostDiv));
+    const bool transform = transforms(step, reduction_, reducing_);
     if (step.out.valid()) {
       std::byte* dst = ptr(step.out);
       if ((transform || dst != src) && writeBlocked(dst, step.bytes)) return kBlocked;

@@ -27,7 +27,8 @@ namespace loom::core {
 // operations run one after another).
 class Scratch {
  public:
-  std::byte* get(size_t bytes);
+  // At least `bytes` of memory, or kSystemError naming the size.
+  Result<std::byte*> get(size_t bytes);
 
  private:
   struct Free {
@@ -42,9 +43,17 @@ class PlanRunner {
   // `buffers[i]` binds BufRef::buf == i. `conns[peer]` must be non-null for
   // every peer the plan names (conns[rank] is the loopback connection).
   // `reduction` is used for steps with reduce/post set and for the pre op of
-  // `local` in reducing plans (`reducing` = the operation reduces).
-  PlanRunner(const Plan* plan, std::vector<std::byte*> buffers, kernels::Reduction reduction,
-             bool reducing, std::span<transport::Connection* const> conns, Scratch* scratch);
+  // `local` in reducing plans (`reducing` = the operation reduces). Fails
+  // when the staging memory cannot be allocated.
+  static Result<std::unique_ptr<PlanRunner>> create(const Plan* plan, std::vector<std::byte*> buffers,
+                                                    kernels::Reduction reduction, bool reducing,
+                                                    std::span<transport::Connection* const> conns,
+                                                    Scratch* scratch);
+  // Staging bytes a plan needs: slots only for the steps whose data does
+  // not go straight between user buffers and connections (receives that
+  // reduce or have no output, local transforms that are sent). Plain data
+  // movement (AllGather, Broadcast, point-to-point) needs none.
+  static size_t stagingBytes(const Plan& plan, const kernels::Reduction& reduction, bool reducing);
   PlanRunner(const PlanRunner&) = delete;
   PlanRunner& operator=(const PlanRunner&) = delete;
 
@@ -58,7 +67,11 @@ class PlanRunner {
   const std::vector<transport::Connection*>& connections() const { return used_; }
 
  private:
+  PlanRunner(const Plan* plan, std::vector<std::byte*> buffers, kernels::Reduction reduction, bool reducing,
+             std::span<transport::Connection* const> conns);
   static constexpr int kSlots = 4;  // staging slots per stream
+  static size_t streamSlotBytes(const std::vector<Step>& steps, const kernels::Reduction& reduction,
+                                bool reducing);
   enum class Phase { kStart, kReceiving, kCompute };
   // The reduction of a receiving step into its result: run piece by piece by
   // a transport that hands over its own memory (Transfer::sink), else once

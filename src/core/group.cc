@@ -27,7 +27,6 @@ thread_local GroupState tGroup;
 constexpr int kSpinRounds = 64;
 constexpr int kYieldRounds = 32;
 constexpr int kBlockMs = 50;
-constexpr double kLivenessPeriodS = 1.0;
 constexpr int kNoticeGraceMs = 250;  // see Engine::preferPeerReport
 constexpr const char* kAbortHint = "The other ranks are told to abort";
 
@@ -117,7 +116,6 @@ class Engine {
 
   Status run() {
     lastProgress_ = Clock::now();
-    lastLiveness_ = lastProgress_;
     int idle = 0;
     for (;;) {
       bool progressed = false, allDone = true;
@@ -159,8 +157,8 @@ class Engine {
       if (task.scalarPtr) {
         std::memcpy(&task.reduction.scalar, task.scalarPtr, kernels::dataTypeSize(task.reduction.type));
       }
-      cr.runner = std::make_unique<PlanRunner>(&task.plan, task.buffers, task.reduction, task.reducing,
-                                               comm->connections(), &comm->scratch());
+      LOOM_ASSIGN_OR_RETURN(cr.runner, PlanRunner::create(&task.plan, task.buffers, task.reduction, task.reducing,
+                                                          comm->connections(), &comm->scratch()));
       LOOM_TRACE(log::kColl, "%s: %s: %s", comm->describe().c_str(), task.name.c_str(),
                  dumpPlan(task.plan).c_str());
       *progressed = true;
@@ -183,7 +181,10 @@ class Engine {
     return s.empty() ? "no peer" : s;
   }
 
-  // Peer notices, dead processes on this host, and the no-progress timeout.
+  // Peer notices and the no-progress timeout. Dead peers are seen by their
+  // connections: sockets close, and shared memory watches the peer through a
+  // pidfd opened where the peer's process was proven visible. A pid alone
+  // proves nothing (ranks in other PID namespaces), so none is probed here.
   Status checkHealth(CommRun& cr) {
     if (cr.done()) return Status::ok();
     Communicator* comm = cr.comm;
@@ -195,18 +196,6 @@ class Engine {
                          std::to_string(int(timeout)) + " s (LOOM_TIMEOUT_S); waiting for " +
                          waitingList(cr));
     }
-    if (secondsSince(lastLiveness_) < kLivenessPeriodS || !cr.runner) return Status::ok();
-    lastLiveness_ = Clock::now();
-    std::vector<int> peers;
-    cr.runner->waitingOn(&peers);
-    const auto& me = comm->bootstrap().peer(comm->rank());
-    for (int p : peers) {
-      const auto& info = comm->bootstrap().peer(p);
-      if (info.hostHash != me.hostHash || info.pid == me.pid) continue;
-      if (::kill(pid_t(info.pid), 0) != 0 && errno == ESRCH) {
-        return remoteError(comm->describePeer(p) + " is gone: its process no longer exists");
-      }
-    }
     return Status::ok();
   }
 
@@ -215,7 +204,7 @@ class Engine {
     for (CommRun& cr : runs_) {
       if (cr.done()) continue;
       fds.push_back({cr.comm->wakeFd(), POLLIN, 0});
-      fds.push_back({cr.comm->bootstrap().listenFd(), POLLIN, 0});
+      cr.comm->pollFdsForNotices(&fds);
       if (cr.runner)
         for (auto* c : cr.runner->connections()) c->pollFds(&fds);
     }
@@ -268,7 +257,6 @@ class Engine {
 
   std::vector<CommRun> runs_;
   Clock::time_point lastProgress_;
-  Clock::time_point lastLiveness_;
 };
 
 }  // namespace
@@ -276,9 +264,10 @@ class Engine {
 Status runOps(std::vector<PendingOp> ops) {
   std::vector<Communicator*> comms;
   for (const auto& p : ops)
-    if (std::find(comms.begin(), comms.end(), p.comm) == comms.end()) comms.push_back(p.comm);
+    if (std::find(comms.begin(), comms.end(), p.comm.get()) == comms.end()) comms.push_back(p.comm.get());
   for (Communicator* c : comms) {
     Status s = c->waitReady();
+    if (s.isOk()) s = c->waitSplits();  // splits called before these operations go first
     if (!s.isOk()) return s;
   }
   // Lock in address order so two threads with overlapping groups cannot deadlock.
@@ -290,7 +279,7 @@ Status runOps(std::vector<PendingOp> ops) {
   for (Communicator* c : comms) {
     std::vector<OpDesc> mine;
     for (const auto& p : ops)
-      if (p.comm == c) mine.push_back(p.op);
+      if (p.comm.get() == c) mine.push_back(p.op);
     CommRun cr{c, {}, 0, nullptr};
     LOOM_TRY(buildTasks(c, mine, &cr.tasks));
     runs.push_back(std::move(cr));
@@ -312,25 +301,49 @@ Status groupEnd() {
   auto inits = std::move(tGroup.inits);
   auto ops = std::move(tGroup.ops);
   tGroup = GroupState{};
-  Status first;
   bool inProgress = false;
+  // Blocking inits run on worker threads, all at once (their ranks may need
+  // each other). The first failure aborts the others: their peers may be
+  // the ones that failed, and waiting for them would last the init timeout.
+  std::mutex failMutex;
+  Status first;
+  std::vector<Communicator*> blockingComms;
+  for (auto& [comm, job] : inits)
+    if (!comm || comm->options().blocking) blockingComms.push_back(comm);
+  auto runJob = [&](Communicator* comm, std::function<Status()>& job) {
+    Status s;
+    try {
+      s = job();
+    } catch (const std::bad_alloc&) {
+      s = systemError("out of host memory during init");
+    } catch (const std::exception& e) {
+      s = internalError(std::string("unexpected exception during init: ") + e.what());
+    }
+    if (s.isOk()) return;
+    if (comm) comm->fail(s, false);
+    std::lock_guard<std::mutex> lock(failMutex);
+    if (!first.isOk()) return;
+    first = s;
+    for (Communicator* other : blockingComms)
+      if (other && other != comm) other->abort();
+  };
   std::vector<std::thread> threads;
-  std::vector<Status> results(inits.size());
-  for (size_t i = 0; i < inits.size(); ++i) {
-    auto& [comm, job] = inits[i];
+  for (auto& [comm, job] : inits) {
     if (comm && !comm->options().blocking) {
       comm->startAsync(std::move(job));
       inProgress = true;
-    } else {
-      threads.emplace_back([&results, i, job = std::move(job), comm = comm] {
-        results[i] = job();
-        if (!results[i].isOk() && comm) comm->fail(results[i], false);
-      });
+      continue;
+    }
+    try {
+      threads.emplace_back([&runJob, comm = comm, &job = job] { runJob(comm, job); });
+    } catch (const std::system_error& e) {
+      std::function<Status()> failed = [msg = std::string(e.what())] {
+        return systemError("cannot start a thread for a grouped init: " + msg);
+      };
+      runJob(comm, failed);
     }
   }
   for (auto& t : threads) t.join();
-  for (const Status& s : results)
-    if (first.isOk() && !s.isOk()) first = s;
   if (!first.isOk()) return first;
   if (!ops.empty()) LOOM_TRY(runOps(std::move(ops)));
   return inProgress ? Status(Code::kInProgress, "non-blocking init in progress") : Status::ok();
@@ -371,14 +384,26 @@ Status groupSimulateEnd(float* estimatedUs) {
   return groupEnd();  // runs pending inits only: the ops were taken out
 }
 
-Status enqueue(Communicator* comm, const OpDesc& op) {
-  if (tGroup.depth == 0) return runOps({PendingOp{comm, op}});
-  tGroup.ops.push_back(PendingOp{comm, op});
+Status enqueue(CommRef comm, const OpDesc& op) {
+  if (tGroup.depth == 0) {
+    std::vector<PendingOp> ops;
+    ops.push_back(PendingOp{std::move(comm), op});
+    return runOps(std::move(ops));
+  }
+  tGroup.ops.push_back(PendingOp{std::move(comm), op});
   return Status::ok();
 }
 
 void enqueueInit(Communicator* comm, std::function<Status()> job) {
   tGroup.inits.emplace_back(comm, std::move(job));
+}
+
+bool groupHolds(const Communicator* comm) {
+  for (const auto& p : tGroup.ops)
+    if (p.comm.get() == comm) return true;
+  for (const auto& [c, job] : tGroup.inits)
+    if (c == comm) return true;
+  return false;
 }
 
 }  // namespace loom::core

@@ -27,19 +27,23 @@ int groupDepth();
 Status groupSimulateEnd(float* estimatedUs);
 
 // Adds an operation to the calling thread's group; runs it at once when no
-// group is open.
-Status enqueue(Communicator* comm, const OpDesc& op);
+// group is open. The group keeps `comm` pinned until it has run.
+Status enqueue(CommRef comm, const OpDesc& op);
 // Adds an init job; outside a group the caller runs it directly instead.
 // groupEnd starts it on `comm`'s own init thread when `comm` is
 // non-blocking, else runs it on a worker it joins and marks `comm` failed
 // on error. A job that creates no communicator (a rank leaving a split with
 // NCCL_SPLIT_NOCOLOR) passes nullptr: it always runs to completion inside
-// groupEnd, whose result carries its error.
+// groupEnd, whose result carries its error. When one blocking init of the
+// group fails, the others are aborted instead of waiting for their peers.
 void enqueueInit(Communicator* comm, std::function<Status()> job);
+// True when the calling thread's open group holds work for `comm` (it must
+// not be destroyed before ncclGroupEnd).
+bool groupHolds(const Communicator* comm);
 
 // Runs already-planned work; exposed for tests. Returns the first error.
 struct PendingOp {
-  Communicator* comm;
+  CommRef comm;
   OpDesc op;
 };
 Status runOps(std::vector<PendingOp> ops);

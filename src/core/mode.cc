@@ -14,7 +14,7 @@ Result<Mode> processMode() {
   static Status error;
   static Mode mode = Mode::kHost;
   std::call_once(once, [] {
-    const std::string& want = settings::current()->getString("LOOM_DEVICE");
+    const std::string want = settings::current()->getString("LOOM_DEVICE");
     if (want == "host" || want == "auto" || want.empty()) {
       // The CUDA data path is not part of this build yet, so auto means host.
       mode = Mode::kHost;

@@ -59,6 +59,7 @@ PeerLink::PeerLink(int self, int peer, const LinkOptions& options)
 std::unique_ptr<Connection> PeerLink::take() { return std::move(result_); }
 
 void PeerLink::pollFds(std::vector<pollfd>* fds) const {
+  if (connecting_) fds->push_back({connecting_.get(), POLLOUT, 0});
   if ((phase_ == Phase::kOffer || phase_ == Phase::kVerdict) && tcp_) tcp_->pollFds(fds);
 }
 
@@ -100,12 +101,8 @@ Status PeerLink::advance(Bootstrap& bootstrap, const std::atomic<bool>* abort, b
 Status PeerLink::startTcp(Bootstrap& bootstrap, const std::atomic<bool>* abort, bool* done) {
   const int nsock = options_.socketsPerPeer;
   if (self_ < peer_) {
-    Deadline d = Deadline::afterSeconds(options_.connectTimeoutS);
-    for (int i = 0; i < nsock; ++i) {
-      LOOM_ASSIGN_OR_RETURN(auto fd, bootstrap.connectPeer(peer_, wire::HelloKind::kData, 0, uint32_t(i),
-                                                           uint32_t(nsock), nullptr, 0, d, abort));
-      sockets_.push_back(std::move(fd));
-    }
+    LOOM_TRY(connectSockets(bootstrap, abort));
+    if (int(sockets_.size()) < nsock) return Status::ok();
   } else {
     bootstrap.service();
     while (auto fd = bootstrap.take(wire::HelloKind::kData, peer_, 0, uint32_t(sockets_.size()))) {
@@ -116,6 +113,58 @@ Status PeerLink::startTcp(Bootstrap& bootstrap, const std::atomic<bool>* abort, 
   }
   tcp_ = std::make_unique<transport::tcp::TcpConnection>(peer_, std::move(sockets_), options_.stripeMin);
   *done = true;
+  return Status::ok();
+}
+
+// Connects the data sockets one at a time without blocking: start a
+// connect, come back when it finished, send the hello, next one.
+Status PeerLink::connectSockets(Bootstrap& bootstrap, const std::atomic<bool>* abort) {
+  constexpr double kRefusedLimitS = 3;
+  constexpr int kMaxBackoffMs = 100;
+  const int nsock = options_.socketsPerPeer;
+  const auto now = Clock::now();
+  if (firstAttempt_ == Clock::time_point{}) firstAttempt_ = now;
+  while (int(sockets_.size()) < nsock) {
+    if (!connecting_) {
+      if (now < retryAt_) return Status::ok();
+      LOOM_ASSIGN_OR_RETURN(auto addr, bootstrap.peerAddress(peer_));
+      int err = 0;
+      auto fd = net::startConnect(addr, &err);
+      if (!fd.isOk()) return fd.takeStatus().addContext("connecting to " + bootstrap.describe(peer_));
+      connecting_ = std::move(fd.value());
+      if (!connecting_) lastError_ = err;
+    }
+    int state = connecting_ ? net::finishConnect(connecting_.get()) : lastError_;
+    if (state == EINPROGRESS) {
+      if (secondsSince(firstAttempt_) > options_.connectTimeoutS) {
+        return remoteError("could not connect to " + bootstrap.describe(peer_) + " within " +
+                           std::to_string(int(options_.connectTimeoutS)) +
+                           " s; check that no firewall blocks its port");
+      }
+      return Status::ok();
+    }
+    if (state != 0) {
+      connecting_.reset();
+      lastError_ = state;
+      if (refusedSince_ == Clock::time_point{}) refusedSince_ = now;
+      if (secondsSince(refusedSince_) > kRefusedLimitS) {
+        return remoteError(bootstrap.describe(peer_) + " refuses connections (" + std::strerror(state) +
+                           " for " + std::to_string(int(kRefusedLimitS)) +
+                           " s): its process exited or it destroyed the communicator");
+      }
+      retryAt_ = now + std::chrono::milliseconds(backoffMs_);
+      backoffMs_ = std::min(backoffMs_ * 2, kMaxBackoffMs);
+      return Status::ok();
+    }
+    refusedSince_ = {};
+    backoffMs_ = 1;
+    // A fresh socket's buffer takes the hello at once; the deadline only
+    // guards against a peer that accepted and then stopped reading.
+    Status s = bootstrap.sendHello(connecting_.get(), peer_, wire::HelloKind::kData, 0, uint32_t(sockets_.size()),
+                                   uint32_t(nsock), nullptr, 0, Deadline::afterSeconds(10), abort);
+    if (!s.isOk()) return s.addContext("connecting to " + bootstrap.describe(peer_));
+    sockets_.push_back(std::move(connecting_));
+  }
   return Status::ok();
 }
 

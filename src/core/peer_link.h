@@ -9,7 +9,10 @@
 // descriptor over the TCP connection, attach, and exchange a verdict; only
 // when both sides succeeded is the new transport used, otherwise both keep
 // TCP. The whole setup is a non-blocking state machine (advance()), so one
-// thread can set up the links of several communicators at once.
+// thread can set up the links of several communicators at once, and the
+// thread that drives it can check aborts, notices and timeouts meanwhile.
+// Every rank listens before its peers learn its address, so a peer that
+// keeps refusing connections is gone: that fails after a few seconds.
 #pragma once
 
 #include <array>
@@ -56,6 +59,7 @@ class PeerLink {
   };
 
   Status startTcp(Bootstrap& bootstrap, const std::atomic<bool>* abort, bool* done);
+  Status connectSockets(Bootstrap& bootstrap, const std::atomic<bool>* abort);
   void startUpgrade(Bootstrap& bootstrap);
   Status finishOffer();
   Status finishVerdict();
@@ -63,7 +67,14 @@ class PeerLink {
   int self_, peer_;
   LinkOptions options_;
   Phase phase_ = Phase::kTcp;
-  std::vector<net::UniqueFd> sockets_;  // accepted so far (higher rank side)
+  std::vector<net::UniqueFd> sockets_;  // connected or accepted so far
+  // Lower rank side: the socket being connected, never blocking.
+  net::UniqueFd connecting_;
+  Clock::time_point firstAttempt_{};
+  Clock::time_point retryAt_{};
+  Clock::time_point refusedSince_{};
+  int backoffMs_ = 1;
+  int lastError_ = 0;
   std::unique_ptr<transport::Connection> tcp_;
   std::unique_ptr<transport::Connection> upgraded_;
   std::unique_ptr<transport::Connection> result_;

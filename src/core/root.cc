@@ -1,22 +1,30 @@
 #include "core/root.h"
 
 #include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <map>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "common/log.h"
 #include "common/time.h"
-#include "core/wire.h"
 
 namespace loom::core {
+
+struct RootServer::Control {
+  std::atomic<bool> stop{false};
+  net::UniqueFd wake{::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)};
+};
+
 namespace {
 
-constexpr size_t kMaxPending = 4096;
 constexpr double kHelloTimeoutS = 30;  // a connection must identify itself by then
+constexpr double kAnswerTimeoutS = 30;  // all ranks must have taken their table by then
+constexpr double kFailureTimeoutS = 5;
 
 struct Pending {
   net::UniqueFd fd;
@@ -29,13 +37,26 @@ struct Joined {
   wire::RankInfo info;
 };
 
+// One answer being sent without blocking.
+struct Outgoing {
+  int rank;
+  int fd;
+  std::vector<uint8_t> bytes;
+  size_t sent = 0;
+};
+
 class Root {
  public:
-  Root(net::UniqueFd listener, const RootOptions& options)
-      : listener_(std::move(listener)), options_(options) {}
+  Root(net::UniqueFd listener, const RootOptions& options, std::shared_ptr<RootServer::Control> control)
+      : listener_(std::move(listener)), options_(options), control_(std::move(control)),
+        idleDeadline_(Deadline::afterSeconds(options.initTimeoutS)) {}
 
   void run() {
     for (;;) {
+      if (control_->stop.load()) {
+        failAll("the rendezvous was stopped: rank 0's init failed or was aborted");
+        return;
+      }
       if (nranks_ > 0 && joined_.size() == size_t(nranks_)) {
         replyAll();
         return;
@@ -44,17 +65,23 @@ class Root {
         failAll(timeoutMessage());
         return;
       }
-      std::vector<pollfd> fds;
-      fds.push_back({listener_.get(), POLLIN, 0});
+      if (nranks_ == 0 && idleDeadline_.expired()) {
+        LOOM_INFO(log::kBootstrap, "bootstrap root: no rank joined within %.0f s (LOOM_INIT_TIMEOUT_S); "
+                  "closing the rendezvous", options_.initTimeoutS);
+        return;
+      }
+      std::vector<pollfd> fds{{control_->wake.get(), POLLIN, 0}};
+      if (gate_.pollable()) fds.push_back({listener_.get(), POLLIN, 0});
       for (auto& p : pending_) fds.push_back({p.fd.get(), POLLIN, 0});
-      int timeout = nranks_ > 0 ? deadline_.msLeft(1000) : 1000;
+      int timeout = (nranks_ > 0 ? deadline_ : idleDeadline_).msLeft(1000);
+      if (!gate_.pollable()) timeout = std::min(timeout, gate_.backoffMsLeft());
       int rc = ::poll(fds.data(), fds.size(), timeout);
       if (rc < 0 && errno != EINTR) {
         LOOM_WARN("bootstrap root: poll failed (errno %d); rendezvous abandoned", errno);
         failAll("the rendezvous root failed: poll error");
         return;
       }
-      if (fds[0].revents) acceptAll();
+      acceptAll();
       serviceAll();
     }
   }
@@ -62,10 +89,11 @@ class Root {
  private:
   void acceptAll() {
     for (;;) {
-      auto fd = net::acceptOne(listener_.get());
+      auto fd = gate_.accept(listener_.get());
       if (!fd.isOk() || !fd.value().valid()) return;
-      if (pending_.size() >= kMaxPending) {
-        LOOM_WARN("bootstrap root: too many unidentified connections; dropping one");
+      if (pending_.size() >= gate_.maxPending()) {
+        LOOM_WARN("bootstrap root: %zu connections have not identified themselves; closing a new one",
+                  pending_.size());
         continue;
       }
       pending_.push_back(Pending{std::move(fd.value()), {}, Clock::now()});
@@ -103,6 +131,7 @@ class Root {
     }
   }
 
+  // The hello alone (the RankInfo may still be on its way): refuse early.
   bool helloLooksValid(const Pending& p) {
     wire::Hello h;
     std::memcpy(&h, p.buf.data(), sizeof h);
@@ -126,21 +155,15 @@ class Root {
     wire::RankInfo info;
     std::memcpy(&h, p.buf.data(), sizeof h);
     std::memcpy(&info, p.buf.data() + sizeof h, sizeof info);
-    std::string err;
-    if (h.toRank == 0 || h.toRank > wire::kMaxRanks) {
-      err = "nranks " + std::to_string(h.toRank) + " is out of range";
-    } else if (nranks_ > 0 && h.toRank != uint32_t(nranks_)) {
-      err = "rank " + std::to_string(h.fromRank) + " says nranks=" + std::to_string(h.toRank) +
-            " but other ranks said " + std::to_string(nranks_);
-    } else if (h.fromRank >= h.toRank) {
-      err = "rank " + std::to_string(h.fromRank) + " is out of range for nranks=" + std::to_string(h.toRank);
-    } else if (joined_.count(int(h.fromRank))) {
-      err = "rank " + std::to_string(h.fromRank) + " joined twice (pids " +
-            std::to_string(joined_[int(h.fromRank)].info.pid) + " and " + std::to_string(info.pid) + ")";
+    Status s = checkJoin(h, &info, options_.secret, nranks_);
+    if (s.isOk() && joined_.count(int(h.fromRank))) {
+      s = invalidArgument("rank " + std::to_string(h.fromRank) + " joined twice (pids " +
+                          std::to_string(joined_[int(h.fromRank)].info.pid) + " and " +
+                          std::to_string(info.pid) + ")");
     }
-    if (!err.empty()) {
-      LOOM_WARN("bootstrap root: refused a join: %s", err.c_str());
-      sendFailure(p.fd.get(), err);
+    if (!s.isOk()) {
+      LOOM_WARN("bootstrap root: refused a join: %s", s.message().c_str());
+      sendFailure(p.fd.get(), s.message());
       return;
     }
     if (nranks_ == 0) {
@@ -154,11 +177,52 @@ class Root {
     std::vector<wire::RankInfo> table(static_cast<size_t>(nranks_));
     for (auto& [rank, j] : joined_) table[size_t(rank)] = j.info;
     wire::Reply reply{wire::kReplyMagic, 0, uint32_t(table.size() * sizeof(wire::RankInfo)), 0};
-    for (auto [rank, j] : answerOrder()) {
-      Deadline d = Deadline::afterSeconds(30);
-      Status s = net::sendAll(j->fd.get(), &reply, sizeof reply, d, nullptr);
-      if (s.isOk()) s = net::sendAll(j->fd.get(), table.data(), reply.length, d, nullptr);
-      if (!s.isOk()) LOOM_WARN("bootstrap root: could not answer rank %d: %s", rank, s.message().c_str());
+    std::vector<uint8_t> bytes(sizeof reply + reply.length);
+    std::memcpy(bytes.data(), &reply, sizeof reply);
+    std::memcpy(bytes.data() + sizeof reply, table.data(), reply.length);
+    sendToAll(bytes, true);
+  }
+
+  // Sends every joined rank its answer at once, without blocking on any of
+  // them: ranks of other processes first (see answerOrder).
+  // A stop (the owner is being destroyed) cuts a table's delivery short;
+  // failures are small and always sent in full.
+  void sendToAll(const std::vector<uint8_t>& bytes, bool stoppable) {
+    std::vector<Outgoing> out;
+    for (auto [rank, j] : answerOrder()) out.push_back(Outgoing{rank, j->fd.get(), bytes});
+    sendAll(out, stoppable ? kAnswerTimeoutS : kFailureTimeoutS, stoppable);
+  }
+
+  void sendAll(std::vector<Outgoing>& out, double seconds, bool stoppable) {
+    const Deadline deadline = Deadline::afterSeconds(seconds);
+    for (;;) {
+      std::vector<pollfd> fds;
+      std::vector<Outgoing*> waiting;
+      for (Outgoing& o : out) {
+        while (o.sent < o.bytes.size()) {
+          ssize_t n = ::send(o.fd, o.bytes.data() + o.sent, o.bytes.size() - o.sent, MSG_DONTWAIT | MSG_NOSIGNAL);
+          if (n > 0) {
+            o.sent += size_t(n);
+            continue;
+          }
+          if (n < 0 && errno == EINTR) continue;
+          if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            fds.push_back({o.fd, POLLOUT, 0});
+            waiting.push_back(&o);
+          } else {
+            LOOM_WARN("bootstrap root: could not answer rank %d: %s", o.rank, std::strerror(errno));
+            o.sent = o.bytes.size();
+          }
+          break;
+        }
+      }
+      if (fds.empty()) return;
+      if (deadline.expired() || (stoppable && control_->stop.load())) {
+        for (Outgoing* o : waiting) LOOM_WARN("bootstrap root: rank %d did not take its answer in time", o->rank);
+        return;
+      }
+      fds.push_back({control_->wake.get(), POLLIN, 0});
+      ::poll(fds.data(), fds.size(), deadline.msLeft(1000));
     }
   }
 
@@ -177,8 +241,13 @@ class Root {
   }
 
   void failAll(const std::string& message) {
+    if (joined_.empty()) return;
     LOOM_WARN("bootstrap root: %s", message.c_str());
-    for (auto [rank, j] : answerOrder()) sendFailure(j->fd.get(), message);
+    wire::Reply reply{wire::kReplyMagic, 1, uint32_t(message.size()), 0};
+    std::vector<uint8_t> bytes(sizeof reply + message.size());
+    std::memcpy(bytes.data(), &reply, sizeof reply);
+    std::memcpy(bytes.data() + sizeof reply, message.data(), message.size());
+    sendToAll(bytes, false);
   }
 
   // Who is answered first. This thread lives in one rank's process (rank 0
@@ -206,6 +275,9 @@ class Root {
 
   net::UniqueFd listener_;
   RootOptions options_;
+  std::shared_ptr<RootServer::Control> control_;
+  net::AcceptGate gate_;
+  Deadline idleDeadline_;  // nobody joined yet
   int nranks_ = 0;
   Deadline deadline_ = Deadline::never();
   std::vector<Pending> pending_;
@@ -214,16 +286,61 @@ class Root {
 
 }  // namespace
 
-Status startRoot(net::UniqueFd listener, const RootOptions& options) {
+Status checkJoin(const wire::Hello& h, wire::RankInfo* info, const uint64_t secret[2], int nranksSoFar) {
+  if (h.magic != wire::kHelloMagic || h.kind != uint32_t(wire::HelloKind::kRootJoin)) {
+    return invalidArgument("bytes that are not a loom join request");
+  }
+  if (h.secret[0] != secret[0] || h.secret[1] != secret[1]) {
+    return invalidArgument("the rendezvous refused this rank: wrong secret");
+  }
+  if (h.payload != sizeof(wire::RankInfo)) {
+    return invalidArgument("a join request with a " + std::to_string(h.payload) + "-byte payload (expected " +
+                           std::to_string(sizeof(wire::RankInfo)) + "): run the same loom build on all ranks");
+  }
+  if (h.toRank == 0 || h.toRank > wire::kMaxRanks) {
+    return invalidArgument("nranks " + std::to_string(h.toRank) + " is out of range");
+  }
+  if (nranksSoFar > 0 && h.toRank != uint32_t(nranksSoFar)) {
+    return invalidArgument("rank " + std::to_string(h.fromRank) + " says nranks=" + std::to_string(h.toRank) +
+                           " but other ranks said " + std::to_string(nranksSoFar));
+  }
+  if (h.fromRank >= h.toRank) {
+    return invalidArgument("rank " + std::to_string(h.fromRank) + " is out of range for nranks=" +
+                           std::to_string(h.toRank));
+  }
+  wire::terminate(info);
+  return Status::ok();
+}
+
+Result<std::unique_ptr<RootServer>> RootServer::start(net::UniqueFd listener, const RootOptions& options) {
+  std::unique_ptr<RootServer> server(new RootServer());
+  server->control_ = std::make_shared<Control>();
+  if (!server->control_->wake) return systemErrno("eventfd for the bootstrap root", errno);
   try {
-    std::thread([fd = std::move(listener), options]() mutable {
-      Root root(std::move(fd), options);
-      root.run();
-    }).detach();
+    server->thread_ = std::thread([fd = std::move(listener), options, control = server->control_]() mutable {
+      try {
+        Root root(std::move(fd), options, std::move(control));
+        root.run();
+      } catch (const std::exception& e) {
+        LOOM_WARN("bootstrap root: stopped by an unexpected error: %s", e.what());
+      }
+    });
   } catch (const std::system_error& e) {
     return systemError(std::string("cannot start the bootstrap root thread: ") + e.what());
   }
-  return Status::ok();
+  return server;
+}
+
+RootServer::~RootServer() {
+  if (!thread_.joinable()) return;
+  control_->stop.store(true);
+  uint64_t one = 1;
+  (void)!::write(control_->wake.get(), &one, sizeof one);
+  thread_.join();
+}
+
+void RootServer::detach(std::unique_ptr<RootServer> root) {
+  if (root && root->thread_.joinable()) root->thread_.detach();
 }
 
 }  // namespace loom::core

@@ -80,8 +80,9 @@ Status simulate(const std::vector<Plan>& plans, const std::vector<std::vector<st
   std::vector<Scratch> scratch(static_cast<size_t>(n));
   std::vector<std::unique_ptr<PlanRunner>> runners;
   for (int r = 0; r < n; ++r) {
-    runners.push_back(std::make_unique<PlanRunner>(&plans[size_t(r)], buffers[size_t(r)], reduction,
-                                                   reducing, conns[size_t(r)], &scratch[size_t(r)]));
+    LOOM_ASSIGN_OR_RETURN(auto runner, PlanRunner::create(&plans[size_t(r)], buffers[size_t(r)], reduction,
+                                                          reducing, conns[size_t(r)], &scratch[size_t(r)]));
+    runners.push_back(std::move(runner));
   }
   for (;;) {
     bool progressed = false, allDone = true;

@@ -59,6 +59,9 @@ struct RankInfo {
   char hostname[64];
 };
 
+// A RankInfo from another process: its hostname may lack a terminator.
+inline void terminate(RankInfo* info) { info->hostname[sizeof info->hostname - 1] = '\0'; }
+
 // Root -> rank once everybody joined (status 0, then nranks RankInfo), or a
 // failure (status != 0, then `length` bytes of text).
 struct Reply {

@@ -399,25 +399,11 @@ CommSet::~CommSet() { release(); }
 
 void CommSet::create() {
   comms_.assign(size_t(n_), nullptr);
-  std::vector<std::pair<std::string, std::optional<std::string>>> saved;
-  for (const std::string& e : env_) {
-    const std::string name = e.substr(0, e.find('='));
-    const char* old = std::getenv(name.c_str());
-    saved.emplace_back(name, old ? std::optional<std::string>(old) : std::nullopt);
-    setenv(name.c_str(), e.substr(name.size() + 1).c_str(), 1);
+  ncclResult_t rc;
+  {
+    ScopedEnv env(env_);
+    rc = ncclCommInitAll(comms_.data(), n_, nullptr);
   }
-  // ncclResetDebugInit is deprecated API, but it is how a process makes loom
-  // read its settings again; the warning is expected here.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
-  if (!env_.empty()) ncclResetDebugInit();
-  ncclResult_t rc = ncclCommInitAll(comms_.data(), n_, nullptr);
-  for (const auto& [name, old] : saved) {
-    if (old) setenv(name.c_str(), old->c_str(), 1);
-    else unsetenv(name.c_str());
-  }
-  if (!env_.empty()) ncclResetDebugInit();
-#pragma GCC diagnostic pop
   ok_ = rc == ncclSuccess;
   error_ = ok_ ? "" : std::string("ncclCommInitAll failed: ") + ncclGetErrorString(rc) + ": " + ncclGetLastError(nullptr);
 }

@@ -20,6 +20,29 @@ extern char** environ;
 
 namespace loom::test {
 
+// ncclResetDebugInit is deprecated API, but it is how a process makes loom
+// read its settings again; the warning is expected here.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+ScopedEnv::ScopedEnv(std::vector<std::string> entries) {
+  for (const std::string& e : entries) {
+    const std::string name = e.substr(0, e.find('='));
+    const char* old = std::getenv(name.c_str());
+    saved_.emplace_back(name, old ? std::optional<std::string>(old) : std::nullopt);
+    setenv(name.c_str(), e.substr(name.size() + 1).c_str(), 1);
+  }
+  if (!saved_.empty()) ncclResetDebugInit();
+}
+
+ScopedEnv::~ScopedEnv() {
+  for (const auto& [name, old] : saved_) {
+    if (old) setenv(name.c_str(), old->c_str(), 1);
+    else unsetenv(name.c_str());
+  }
+  if (!saved_.empty()) ncclResetDebugInit();
+}
+#pragma GCC diagnostic pop
+
 void onRanks(int n, const std::function<void(int)>& fn) {
   std::vector<std::thread> threads;
   threads.reserve(size_t(n));

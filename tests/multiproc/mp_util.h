@@ -11,7 +11,9 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace loom::test {
@@ -30,6 +32,20 @@ inline uint64_t hash3(uint64_t a, uint64_t b, uint64_t c) { return mix64(mix64(m
 void onRanks(int n, const std::function<void(int)>& fn);
 
 double secondsSince(std::chrono::steady_clock::time_point start);
+
+// Sets NAME=VALUE environment entries and makes loom read its settings
+// again (ncclResetDebugInit); the destructor restores both. Nothing is done
+// for an empty list.
+class ScopedEnv {
+ public:
+  explicit ScopedEnv(std::vector<std::string> entries);
+  ~ScopedEnv();
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  std::vector<std::pair<std::string, std::optional<std::string>>> saved_;
+};
 
 // The unique id as 256 hex digits (to hand it to a child on its command
 // line) and back.

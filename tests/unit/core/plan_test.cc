@@ -8,6 +8,7 @@
 #include <random>
 #include <vector>
 
+#include "core/executor.h"
 #include "core/planner.h"
 #include "core/simulator.h"
 
@@ -236,6 +237,60 @@ TEST(PlanSimulator, MismatchedSizesAreReported) {
   Status st = simulate(plans, bufs, kernels::Reduction{DataType::kUint8, RedOp::kSum, 0, 1}, false);
   EXPECT_FALSE(st.isOk());
   EXPECT_NE(st.message().find("80 bytes"), std::string::npos) << st.message();
+}
+
+}  // namespace
+}  // namespace loom::core
+
+namespace loom::core {
+namespace {
+
+// Staging memory: none for plans that only move data (AllToAll at 1024
+// ranks used to reserve 4 slots of every step's size per stream, about
+// 4 GiB), some for reducing plans.
+TEST(Executor, StagingOnlyWhereStepsNeedIt) {
+  const size_t count = 1 << 20;
+  OpDesc a2a;
+  a2a.kind = OpKind::kAllToAll;
+  a2a.count = count;
+  a2a.type = DataType::kFloat32;
+  a2a.sendbuf = reinterpret_cast<void*>(0x1000);
+  a2a.recvbuf = reinterpret_cast<void*>(0x2000);
+  auto p2p = planPointToPoint(std::span<const OpDesc>(&a2a, 1), PlanParams{5, 1024, 512 * 1024});
+  ASSERT_TRUE(p2p.isOk()) << p2p.status().toString();
+  kernels::Reduction copy{};
+  copy.type = DataType::kUint8;
+  EXPECT_EQ(PlanRunner::stagingBytes(*p2p, copy, false), 0u);
+
+  OpDesc ag = a2a;
+  ag.kind = OpKind::kAllGather;
+  auto gather = planCollective(ag, PlanParams{1, 8, 512 * 1024});
+  ASSERT_TRUE(gather.isOk());
+  EXPECT_EQ(PlanRunner::stagingBytes(*gather, copy, false), 0u);
+
+  OpDesc ar = a2a;
+  ar.kind = OpKind::kAllReduce;
+  ar.reduction.type = DataType::kFloat32;
+  ar.reduction.op = RedOp::kSum;
+  auto reduce = planCollective(ar, PlanParams{1, 8, 512 * 1024});
+  ASSERT_TRUE(reduce.isOk());
+  const size_t staging = PlanRunner::stagingBytes(*reduce, ar.reduction, true);
+  EXPECT_GT(staging, 0u);
+  EXPECT_LE(staging, size_t(4) * 512 * 1024 * reduce->streams.size());
+}
+
+// An allocation the machine cannot give is an error naming the size, not
+// a null pointer the executor would offset.
+TEST(Executor, StagingAllocationFailureIsASystemError) {
+  Scratch scratch;
+  const size_t huge = size_t(1) << 62;
+  auto mem = scratch.get(huge);
+  ASSERT_FALSE(mem.isOk());
+  EXPECT_EQ(mem.status().code(), Code::kSystemError);
+  EXPECT_NE(mem.status().message().find(std::to_string(huge)), std::string::npos) << mem.status().message();
+  auto small = scratch.get(4096);
+  ASSERT_TRUE(small.isOk());
+  EXPECT_NE(*small, nullptr);
 }
 
 }  // namespace
