@@ -97,7 +97,10 @@ Status closeHandle(ncclComm_t comm, bool abort) {
   }
   LOOM_ASSIGN_OR_RETURN(ncclComm* handle, takeHandle(comm));
   Communicator* c = handle->impl.get();
-  if (abort) c->abort();  // a running call notices within milliseconds
+  if (abort) {
+    c->announceAbort(lastError());  // peers learn why before they see the connections close
+    c->abort();                     // a running call notices within milliseconds
+  }
   const double waitS = abort ? kAbortWaitS : std::max(c->options().timeoutS, kAbortWaitS);
   if (!c->closeAndWait(waitS)) {
     // Deleting it now would crash the thread that still holds it: keep it.

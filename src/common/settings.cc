@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <sstream>
 #include <mutex>
 
 namespace loom::settings {
@@ -138,10 +139,18 @@ std::string trim(std::string s) {
   return s.substr(b, e - b + 1);
 }
 
-// NAME=VALUE lines; # starts a comment.
 std::map<std::string, std::string> readConfFile(const std::string& path) {
-  std::map<std::string, std::string> out;
   std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return parseConf(text.str());
+}
+
+}  // namespace
+
+std::map<std::string, std::string> parseConf(std::string_view text) {
+  std::map<std::string, std::string> out;
+  std::istringstream in{std::string(text)};
   std::string line;
   while (std::getline(in, line)) {
     line = trim(line);
@@ -152,8 +161,6 @@ std::map<std::string, std::string> readConfFile(const std::string& path) {
   }
   return out;
 }
-
-}  // namespace
 
 std::span<const Spec> table() { return kTable; }
 
@@ -182,7 +189,6 @@ const char* sourceName(Source source) {
 }
 
 std::shared_ptr<const Config> load() {
-  auto cfg = std::make_shared<Config>();
   // Config files first, so the environment wins.
   std::map<std::string, std::string> file;
   const char* confPath = std::getenv("NCCL_CONF_FILE");
@@ -193,10 +199,16 @@ std::shared_ptr<const Config> load() {
     if (home && *home) file = readConfFile(std::string(home) + "/.nccl.conf");
     if (file.empty()) file = readConfFile("/etc/nccl.conf");
   }
+  return build([](const char* name) { return std::getenv(name); }, file);
+}
+
+std::shared_ptr<const Config> build(const std::function<const char*(const char*)>& envLookup,
+                                    const std::map<std::string, std::string>& file) {
+  auto cfg = std::make_shared<Config>();
   for (const Spec& spec : kTable) {
     Config::Value v;
     v.text = spec.defaultValue;
-    if (const char* env = std::getenv(spec.name)) {
+    if (const char* env = envLookup(spec.name)) {
       v.text = env;
       v.source = Source::kEnvironment;
     } else if (auto it = file.find(spec.name); it != file.end()) {

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <span>
@@ -51,7 +52,8 @@ class Config {
   const std::string& warnings() const { return warnings_; }
 
  private:
-  friend std::shared_ptr<const Config> load();
+  friend std::shared_ptr<const Config> build(const std::function<const char*(const char*)>& env,
+                                             const std::map<std::string, std::string>& file);
   struct Value {
     std::string text;
     int64_t number = 0;
@@ -68,5 +70,14 @@ std::shared_ptr<const Config> current();
 void reload();
 // Reads a fresh snapshot without installing it.
 std::shared_ptr<const Config> load();
+
+// The two parsers of outside text behind load(), exposed for tests and
+// fuzzing. parseConf: NAME=VALUE lines, '#' starts a comment line, blanks
+// trimmed, lines without '=' ignored. build: a snapshot from an environment
+// lookup (null: unset) and conf-file values; bad numbers fall back to the
+// default with a warning.
+std::map<std::string, std::string> parseConf(std::string_view text);
+std::shared_ptr<const Config> build(const std::function<const char*(const char*)>& env,
+                                    const std::map<std::string, std::string>& file);
 
 }  // namespace loom::settings

@@ -99,17 +99,12 @@ Status Bootstrap::joinRoot(const net::SocketAddress& root, wire::RankInfo self, 
   if (!s.isOk()) {
     return s.addContext("waiting for the other ranks at the rendezvous " + root.toString());
   }
-  if (reply.magic != wire::kReplyMagic) {
-    return remoteError("the rendezvous at " + root.toString() + " answered with bytes that are not loom's");
-  }
+  LOOM_TRY(checkRootReply(reply, id_.nranks).addContext("the rendezvous at " + root.toString()));
   if (reply.status != 0) {
-    std::string text(std::min<uint32_t>(reply.length, wire::kMaxNoticeBytes * 4), '\0');
+    std::string text(reply.length, '\0');
     LOOM_TRY(net::recvAll(fd.get(), text.data(), text.size(), deadline, abort));
     Code code = text.find("timed out") != std::string::npos ? Code::kRemoteError : Code::kInvalidUsage;
     return Status(code, "init failed: " + text);
-  }
-  if (reply.length != id_.nranks * sizeof(wire::RankInfo)) {
-    return remoteError("the rendezvous sent a table of the wrong size");
   }
   table_.resize(size_t(id_.nranks));
   LOOM_TRY(net::recvAll(fd.get(), table_.data(), reply.length, deadline, abort));
@@ -169,6 +164,19 @@ Result<net::UniqueFd> Bootstrap::connectPeer(int peer, wire::HelloKind kind, uin
   if (!fd.isOk()) return fd.takeStatus().addContext("connecting to " + describe(peer));
   LOOM_TRY(sendHello(fd.value().get(), peer, kind, channel, index, count, payload, payloadBytes, deadline, abort));
   return std::move(fd.value());
+}
+
+Status checkRootReply(const wire::Reply& reply, int nranks) {
+  if (reply.magic != wire::kReplyMagic) return remoteError("answered with bytes that are not loom's");
+  if (reply.status != 0) {
+    if (reply.length > wire::kMaxReplyTextBytes) return remoteError("sent an oversized failure message");
+    return Status::ok();
+  }
+  if (reply.length != uint64_t(nranks) * sizeof(wire::RankInfo)) {
+    return remoteError("sent a table of " + std::to_string(reply.length) + " bytes for " + std::to_string(nranks) +
+                       " ranks");
+  }
+  return Status::ok();
 }
 
 Status checkHello(const wire::Hello& h, const Bootstrap::Identity& self) {

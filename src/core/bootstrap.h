@@ -120,6 +120,11 @@ class Bootstrap {
   std::map<int, int> dataSockets_;  // from rank -> announced socket count
 };
 
+// Checks the rendezvous root's answer header for a communicator of
+// `nranks`: a table of nranks RankInfos follows, or (status != 0) a failure
+// text of at most kMaxReplyTextBytes.
+Status checkRootReply(const wire::Reply& reply, int nranks);
+
 // Checks a Hello received on the listener of `self` (a rank of a
 // communicator): magic, secret, communicator, ranks, kind, payload size.
 Status checkHello(const wire::Hello& h, const Bootstrap::Identity& self);

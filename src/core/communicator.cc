@@ -1,5 +1,6 @@
 #include "core/communicator.h"
 
+#include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/random.h>
 #include <unistd.h>
@@ -97,6 +98,24 @@ Status getUniqueId(uint8_t id[kUniqueIdBytes]) {
   return Status::ok();
 }
 
+Status decodeUniqueId(const uint8_t id[kUniqueIdBytes], net::SocketAddress* root, uint64_t secret[2]) {
+  wire::UniqueIdPayload p;
+  std::memcpy(&p, id, sizeof p);
+  if (p.magic != wire::kIdMagic || p.version != wire::kIdVersion) {
+    return invalidArgument("the ncclUniqueId was not made by loom's ncclGetUniqueId (or is "
+                           "corrupt): pass every rank the id that one rank got, or set NCCL_COMM_ID");
+  }
+  auto addr = net::SocketAddress::decode(p.rootAddr);
+  if (!addr.isOk() || addr->port() == 0 || (addr->family() != AF_INET && addr->family() != AF_INET6)) {
+    return invalidArgument("the ncclUniqueId holds no usable rendezvous address (it is corrupt): pass every "
+                           "rank the id that one rank got");
+  }
+  *root = *addr;
+  secret[0] = p.secret[0];
+  secret[1] = p.secret[1];
+  return Status::ok();
+}
+
 Communicator::Communicator(const CommOptions& options) : options_(options), ownerPid_(::getpid()) {
   wakeFd_.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
 }
@@ -153,8 +172,6 @@ Status Communicator::initFromId(const uint8_t id[kUniqueIdBytes], int nranks, in
   rank_ = rank;
   nranks_ = nranks;
   log::ScopedRank logRank(rank);
-  wire::UniqueIdPayload p;
-  std::memcpy(&p, id, sizeof p);
   Bootstrap::Identity ident;
   ident.rank = rank;
   ident.nranks = nranks;
@@ -166,13 +183,7 @@ Status Communicator::initFromId(const uint8_t id[kUniqueIdBytes], int nranks, in
     // All ranks derive the same hash whatever id bytes they were given.
     ident.commHash = hashBytes(ident.secret, sizeof ident.secret, hashBytes(root.toString().data(), root.toString().size()));
   } else {
-    if (p.magic != wire::kIdMagic || p.version != wire::kIdVersion) {
-      return invalidArgument("the ncclUniqueId was not made by loom's ncclGetUniqueId (or is "
-                             "corrupt): pass every rank the id that one rank got, or set NCCL_COMM_ID");
-    }
-    LOOM_ASSIGN_OR_RETURN(root, net::SocketAddress::decode(p.rootAddr));
-    ident.secret[0] = p.secret[0];
-    ident.secret[1] = p.secret[1];
+    LOOM_TRY(decodeUniqueId(id, &root, ident.secret));
   }
   if (useCommIdEnv() && rank == 0) {
     net::SocketAddress bound;
@@ -284,15 +295,64 @@ void Communicator::fail(const Status& status, bool tellPeers) {
   }
   LOOM_WARN("%s: %s", describe().c_str(), status.message().c_str());
   if (!tellPeers || !bootstrap_ || nranks_ <= 1 || forkedAway()) return;
-  // The peer table is immutable after init: no lock needed to connect.
-  std::string text = status.message().substr(0, wire::kMaxNoticeBytes);
-  Deadline total = Deadline::afterSeconds(3);
-  for (int r = 0; r < nranks_ && !total.expired(); ++r) {
+  this->tellPeers(status.message().substr(0, wire::kMaxNoticeBytes));
+}
+
+void Communicator::tellPeers(const std::string& text) {
+  // The peer table is immutable after init: no lock needed to connect. All
+  // connects start at once, so a dead rank (refused) or a slow one delays
+  // nobody's notice: peers must hear the cause before they see this rank's
+  // connections close (preferPeerReport).
+  constexpr int kTotalMs = 1000;
+  struct Out {
+    int rank;
+    net::UniqueFd fd;
+  };
+  std::vector<Out> out;
+  for (int r = 0; r < nranks_; ++r) {
     if (r == rank_) continue;
-    Deadline d = Deadline::afterMs(std::min(500, total.msLeft()));
-    auto fd = bootstrap_->connectPeer(r, wire::HelloKind::kAbortNotice, 0, 0, 0, text.data(),
-                                      uint32_t(text.size()), d, nullptr);
-    fd.status().ignore();
+    auto addr = bootstrap_->peerAddress(r);
+    if (!addr.isOk()) continue;
+    int err = 0;
+    auto fd = net::startConnect(*addr, &err);
+    if (fd.isOk() && fd->valid()) out.push_back(Out{r, std::move(*fd)});
+  }
+  const Deadline deadline = Deadline::afterMs(kTotalMs);
+  while (!out.empty() && !deadline.expired()) {
+    std::vector<pollfd> fds;
+    for (const Out& o : out) fds.push_back({o.fd.get(), POLLOUT, 0});
+    ::poll(fds.data(), fds.size(), deadline.msLeft(kTotalMs));
+    for (size_t i = 0; i < out.size();) {
+      const int state = net::finishConnect(out[i].fd.get());
+      if (state == EINPROGRESS) {
+        ++i;
+        continue;
+      }
+      if (state == 0) {
+        // A fresh socket takes the hello and the text at once.
+        bootstrap_->sendHello(out[i].fd.get(), out[i].rank, wire::HelloKind::kAbortNotice, 0, 0, 0, text.data(),
+                              uint32_t(text.size()), Deadline::afterMs(100), nullptr)
+            .ignore();
+      }
+      out.erase(out.begin() + long(i));
+    }
+  }
+}
+
+Status Communicator::preferPeerReport(const Status& seen) {
+  constexpr int kGraceMs = 250;
+  const Deadline grace = Deadline::afterMs(kGraceMs);
+  for (;;) {
+    pollNotices();
+    Status known = stickyError();
+    if (!known.isOk()) {
+      if (known.message() == seen.message()) return seen;  // seen came from the notice already
+      return Status(known.code(), known.message() + " (seen here as: " + seen.message() + ")");
+    }
+    if (grace.expired()) return seen;
+    std::vector<pollfd> fds;
+    pollFdsForNotices(&fds);
+    ::poll(fds.data(), fds.size(), 10);
   }
 }
 
@@ -317,6 +377,13 @@ void Communicator::abort() {
   }
   std::lock_guard<std::mutex> lock(dependentsMutex_);
   for (Communicator* child : dependents_) child->abort();
+}
+
+void Communicator::announceAbort(const std::string& why) {
+  if (!ready() || !stickyError().isOk() || forkedAway() || nranks_ <= 1) return;
+  std::string text = "it aborted the communicator (ncclCommAbort)";
+  if (!why.empty()) text += "; the last error in that process was: " + why;
+  tellPeers(text.substr(0, wire::kMaxNoticeBytes));
 }
 
 void Communicator::pollFdsForNotices(std::vector<pollfd>* fds) {
@@ -548,6 +615,10 @@ Status Communicator::split(CommRef parentRef, uint64_t ticket, int color, int ke
     };
     Status s = parent.bootstrap().allGather(all.data(), sizeof(Entry), deadline, waiter->abortFlag(), check);
     if (!s.isOk()) {
+      // A neighbour that closed its ring connection may only be passing on
+      // another rank's failure: prefer that rank's notice.
+      if (s.code() == Code::kRemoteError && !waiter->aborted() && parent.stickyError().isOk())
+        s = parent.preferPeerReport(s);
       s = s.addContext(what);
       if (!waiter->aborted() && !parent.aborted()) parent.fail(s, true);  // its bootstrap ring is broken
       return s;

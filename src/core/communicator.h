@@ -56,6 +56,9 @@ struct CommOptions {
   static CommOptions fromSettings();
 };
 
+// Reads a unique id made by getUniqueId (bytes from the user: checked).
+Status decodeUniqueId(const uint8_t id[kUniqueIdBytes], net::SocketAddress* root, uint64_t secret[2]);
+
 // Fills a new unique id and starts its rendezvous root (or, with
 // NCCL_COMM_ID, describes that address; rank 0 starts the root at init).
 Status getUniqueId(uint8_t id[kUniqueIdBytes]);
@@ -125,12 +128,23 @@ class Communicator {
   void fail(const Status& status, bool tellPeers);
   // Non-blocking check of the listener for abort notices from peers.
   void pollNotices();
+  // A peer that failed first sends every rank a notice naming the cause
+  // (typically the rank that died) and then closes its connections. The
+  // closed connection can be seen here before the notice has been read,
+  // which would blame the messenger; so on a remote error `seen`, give a
+  // notice a short, bounded time to arrive and prefer it.
+  Status preferPeerReport(const Status& seen);
   // The fds whose readiness means pollNotices() may find something.
   void pollFdsForNotices(std::vector<pollfd>* fds);
 
   // Any thread: stop what runs on this communicator, as soon as possible;
   // communicators being split from it are aborted too.
   void abort();
+  // ncclCommAbort of a communicator that has not failed: tells the other
+  // ranks before its connections close, so they fail at once with the
+  // reason (`why`: typically this process's last error) instead of seeing a
+  // connection close with no explanation.
+  void announceAbort(const std::string& why);
   // While `child` is being set up by a split of this communicator, an
   // abort of this one aborts it too.
   void addDependent(Communicator* child);
@@ -160,6 +174,9 @@ class Communicator {
  private:
   enum class State { kInitializing, kReady, kFailed };
   Status finishInit();
+  // Sends `text` as an abort notice to every other rank at once, skipping
+  // ranks that refuse (dead); bounded to about a second in all.
+  void tellPeers(const std::string& text);
   void setState(State s);
   // Splits: waits until `ticket` is the next one to run.
   Status waitSplitTurn(uint64_t ticket, const std::atomic<bool>* abort);

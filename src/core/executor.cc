@@ -112,7 +112,13 @@ void PlanRunner::waitingOn(std::vector<int>* peers) const {
 }
 
 Status PlanRunner::advance(bool* progressed) {
-  for (Connection* c : used_) LOOM_TRY(c->progress());
+  for (Connection* c : used_) {
+    Status s = c->progress();
+    if (!s.isOk()) {
+      failedPeer_ = c->peer();
+      return s;
+    }
+  }
   for (size_t i = 0; i < streams_.size(); ++i) LOOM_TRY(advanceStream(i, streams_[i], progressed));
   return Status::ok();
 }
@@ -203,7 +209,10 @@ bool PlanRunner::startStep(const Step& step, StreamState& st, Status* error) {
   Connection* c = conns_[size_t(step.recvPeer)];
   *error = c->postRecv(&st.recv);
   if (error->isOk()) *error = c->progress();
-  if (!error->isOk()) return false;
+  if (!error->isOk()) {
+    failedPeer_ = step.recvPeer;
+    return false;
+  }
   st.phase = Phase::kReceiving;
   return true;
 }
@@ -259,8 +268,10 @@ Status PlanRunner::compute(const Step& step, StreamState& st) {
   ps.xfer.data = const_cast<std::byte*>(result);
   ps.xfer.bytes = step.bytes;
   Connection* c = conns_[size_t(step.sendPeer)];
-  LOOM_TRY(c->postSend(&ps.xfer));
-  return c->progress();
+  Status s = c->postSend(&ps.xfer);
+  if (s.isOk()) s = c->progress();
+  if (!s.isOk()) failedPeer_ = step.sendPeer;
+  return s;
 }
 
 }  // namespace loom::core

@@ -63,6 +63,8 @@ class PlanRunner {
   bool done() const;
   // Peers whose messages the runner is waiting for right now.
   void waitingOn(std::vector<int>* peers) const;
+  // The peer whose connection reported the error advance() returned, or -1.
+  int failedPeer() const { return failedPeer_; }
   // Connections the runner uses (each once).
   const std::vector<transport::Connection*>& connections() const { return used_; }
 
@@ -118,6 +120,7 @@ class PlanRunner {
   std::span<transport::Connection* const> conns_;
   std::vector<transport::Connection*> used_;
   std::vector<StreamState> streams_;
+  int failedPeer_ = -1;
 };
 
 }  // namespace loom::core

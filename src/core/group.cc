@@ -27,7 +27,6 @@ thread_local GroupState tGroup;
 constexpr int kSpinRounds = 64;
 constexpr int kYieldRounds = 32;
 constexpr int kBlockMs = 50;
-constexpr int kNoticeGraceMs = 250;  // see Engine::preferPeerReport
 constexpr const char* kAbortHint = "The other ranks are told to abort";
 
 bool isPointToPoint(OpKind k) {
@@ -174,7 +173,8 @@ class Engine {
 
   std::string waitingList(const CommRun& cr) const {
     std::vector<int> peers;
-    if (cr.runner) cr.runner->waitingOn(&peers);
+    if (cr.runner && cr.runner->failedPeer() >= 0) peers.push_back(cr.runner->failedPeer());
+    else if (cr.runner) cr.runner->waitingOn(&peers);
     else if (!cr.done()) peers = cr.tasks[cr.current].peers;
     std::string s;
     for (int p : peers) s += (s.empty() ? "" : ", ") + cr.comm->describePeer(p);
@@ -211,31 +211,11 @@ class Engine {
     ::poll(fds.data(), fds.size(), kBlockMs);
   }
 
-  // A peer that failed first sends every rank a notice naming the cause
-  // (typically the rank that died) and then closes its connections. The
-  // closed connection can be seen here before the notice has been read,
-  // which would blame the messenger; so on a remote error give the notice a
-  // short, bounded time to arrive and prefer it.
-  static Status preferPeerReport(Communicator* comm, const Status& s) {
-    const Deadline grace = Deadline::afterMs(kNoticeGraceMs);
-    for (;;) {
-      comm->pollNotices();
-      Status known = comm->asyncError();
-      if (!known.isOk() && known.code() != Code::kInProgress) {
-        if (known.message() == s.message()) return s;  // s came from the notice already
-        return Status(known.code(), known.message() + " (seen here as: " + s.message() + ")");
-      }
-      if (grace.expired()) return s;
-      pollfd fd{comm->bootstrap().listenFd(), POLLIN, 0};
-      ::poll(&fd, 1, 10);
-    }
-  }
-
   // The first failure ends the group: the failing communicator tells its
   // peers; the others of the group are left mid-operation, so they fail too.
   Status failAll(CommRun& failed, Status s) {
     Communicator* comm = failed.comm;
-    if (s.code() == Code::kRemoteError && !comm->aborted()) s = preferPeerReport(comm, s);
+    if (s.code() == Code::kRemoteError && !comm->aborted()) s = comm->preferPeerReport(s);
     const std::string name = failed.done() ? "group" : failed.tasks[failed.current].name;
     const bool hinted = s.message().find(kAbortHint) != std::string::npos;  // relayed from a peer
     const std::string waiting = s.code() == Code::kRemoteError && !failed.done()

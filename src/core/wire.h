@@ -16,6 +16,7 @@ constexpr uint32_t kHelloMagic = 0x6c6c6548;   // "Hell"
 constexpr uint32_t kReplyMagic = 0x6c706552;   // "Repl"
 constexpr uint32_t kMaxRanks = 1u << 20;
 constexpr uint32_t kMaxNoticeBytes = 1024;
+constexpr uint32_t kMaxReplyTextBytes = 4096;
 
 // The 128-byte ncclUniqueId, as loom fills it.
 struct UniqueIdPayload {
