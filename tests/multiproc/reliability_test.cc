@@ -207,6 +207,55 @@ TEST(Reliability, AbortEndsANonBlockingSplitWaitingForItsPeer) {
   }
 }
 
+// Several threads wait for one non-blocking init at once (each call on a
+// communicator whose init is pending waits for it); they used to race to
+// join the init thread.
+TEST(Reliability, ManyThreadsWaitForOneNonBlockingInit) {
+  for (int round = 0; round < 5; ++round) {
+    ncclUniqueId id;
+    ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+    ncclConfig_t config = nonBlocking();
+    ncclComm_t a = nullptr, b = nullptr;
+    ASSERT_EQ(ncclCommInitRankConfig(&a, 2, id, 0, &config), ncclInProgress);
+    std::vector<ncclResult_t> rc(6, ncclInternalError);
+    std::vector<std::thread> waiters;
+    for (size_t i = 0; i < rc.size(); ++i) waiters.emplace_back([&, i] { rc[i] = ncclCommFinalize(a); });
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    ASSERT_EQ(ncclCommInitRankConfig(&b, 2, id, 1, &config), ncclInProgress);
+    for (auto& t : waiters) t.join();
+    for (ncclResult_t r : rc) EXPECT_EQ(r, ncclSuccess) << ncclGetLastError(nullptr);
+    EXPECT_EQ(ncclCommFinalize(b), ncclSuccess);
+    EXPECT_EQ(ncclCommDestroy(a), ncclSuccess);
+    EXPECT_EQ(ncclCommDestroy(b), ncclSuccess);
+  }
+}
+
+// A thread waits for a non-blocking init whose peer never comes; abort from
+// another thread returns, and releases the waiter, within a second.
+TEST(Reliability, AbortReleasesAThreadWaitingForAnInit) {
+  ScopedEnv env({"LOOM_INIT_TIMEOUT_S=60"});
+  ncclUniqueId id;
+  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+  ncclConfig_t config = nonBlocking();
+  ncclComm_t a = nullptr;
+  ASSERT_EQ(ncclCommInitRankConfig(&a, 2, id, 0, &config), ncclInProgress);
+  ncclResult_t rc = ncclSuccess;
+  Clock::time_point returnedAt{};
+  std::thread waiter([&] {
+    float x = 1, y = 0;
+    rc = ncclAllReduce(&x, &y, 1, ncclFloat32, ncclSum, a, nullptr);  // waits for the init first
+    returnedAt = Clock::now();
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const auto t0 = Clock::now();
+  EXPECT_EQ(ncclCommAbort(a), ncclSuccess);
+  const double abortS = secondsSince(t0);
+  waiter.join();
+  EXPECT_NE(rc, ncclSuccess);
+  EXPECT_LT(abortS, 1.0);
+  EXPECT_LT(std::chrono::duration<double>(returnedAt - t0).count(), 1.0);
+}
+
 // Two splits of one parent in one group: every rank must get the same pair,
 // in call order, whatever order their threads run in.
 void twoSplitsInOneGroup(bool blocking) {
