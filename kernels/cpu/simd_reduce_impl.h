@@ -557,7 +557,14 @@ LOOM_SIMD_INLINE V maxMinDouble(V a, V b) {
 // op(a, b) on whole vectors.
 template <typename T, typename Op, typename V>
 LOOM_SIMD_INLINE V combineVec(V a, V b) {
-  if constexpr (std::is_same_v<Op, ProdOp<T>>) {
+  // Signed lanes wrap through the unsigned type (ops.h): a signed vector
+  // overflow would be undefined behaviour. Only SumPostDiv's sum still
+  // arrives here signed (it needs the signed division afterwards).
+  if constexpr (std::is_integral_v<T> && std::is_signed_v<T> &&
+                (std::is_same_v<Op, ProdOp<T>> || !(std::is_same_v<Op, MaxOp<T>> || std::is_same_v<Op, MinOp<T>>))) {
+    using UV = typename VecOf<std::make_unsigned_t<T>, sizeof(V)>::type;
+    return std::is_same_v<Op, ProdOp<T>> ? V(UV(a) * UV(b)) : V(UV(a) + UV(b));
+  } else if constexpr (std::is_same_v<Op, ProdOp<T>>) {
     return a * b;
   } else if constexpr (std::is_same_v<Op, MaxOp<T>>) {
     if constexpr (std::is_floating_point_v<T>) {
