@@ -127,9 +127,19 @@ typedef struct {
   char internal[NCCL_UNIQUE_ID_BYTES];
 } ncclUniqueId;
 
+/* C++ sees the enums that callers pass in (results, operators, data types,
+ * scalar residence) with a fixed underlying int: the same size and values C sees,
+ * and any int a caller passes is a value the library can check instead of
+ * undefined behaviour. */
+#if defined(__cplusplus)
+#define LOOM_NCCL_ENUM_INT : int
+#else
+#define LOOM_NCCL_ENUM_INT
+#endif
+
 /* ---- result codes ------------------------------------------------------- */
 
-typedef enum {
+typedef enum LOOM_NCCL_ENUM_INT {
   ncclSuccess = 0,            /* the call did what was asked */
   ncclUnhandledCudaError = 1, /* a CUDA runtime/driver call failed */
   ncclSystemError = 2,        /* the OS refused something: socket, memory, file */
@@ -247,7 +257,7 @@ typedef struct ncclSimInfo_v22200 {
 
 /* ---- reduction operators and data types --------------------------------- */
 
-typedef enum {
+typedef enum LOOM_NCCL_ENUM_INT {
   ncclSum = 0,
   ncclProd = 1,
   ncclMax = 2,
@@ -262,7 +272,7 @@ typedef enum {
 } ncclRedOp_t;
 
 /* Element types. Several names share a value: they are aliases. */
-typedef enum {
+typedef enum LOOM_NCCL_ENUM_INT {
   ncclInt8 = 0,
   ncclChar = 0,
   ncclUint8 = 1,
@@ -284,7 +294,7 @@ typedef enum {
 } ncclDataType_t;
 
 /* Where the scalar given to ncclRedOpCreatePreMulSum lives. */
-typedef enum {
+typedef enum LOOM_NCCL_ENUM_INT {
   /* The pointer is read each time a collective using the operator runs
    * (CUDA mode: device-accessible memory; host mode: a host address). The
    * memory must stay valid until the operator is destroyed. */
