@@ -173,7 +173,7 @@ SocketAddress SocketAddress::fromSockaddr(const sockaddr* sa, socklen_t len) {
   return out;
 }
 
-Result<SocketAddress> SocketAddress::parse(std::string_view hostPort) {
+Result<SocketAddress> SocketAddress::parse(std::string_view hostPort, bool resolveNames) {
   std::string whole(hostPort);
   std::string host;
   std::string_view portText;
@@ -205,7 +205,7 @@ Result<SocketAddress> SocketAddress::parse(std::string_view hostPort) {
   addrinfo hints{};
   hints.ai_family = bracketed ? AF_INET6 : AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
-  if (bracketed) hints.ai_flags |= AI_NUMERICHOST;
+  if (bracketed || !resolveNames) hints.ai_flags |= AI_NUMERICHOST;
   addrinfo* list = nullptr;
   int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &list);
   if (rc != 0) {

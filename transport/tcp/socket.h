@@ -71,8 +71,9 @@ struct SocketAddress {
 
   // "host:port" or "[v6addr]:port"; host may be a name (resolved with
   // getaddrinfo, first stream address wins, IPv4 preferred) or a numeric
-  // address. Port 0..65535 is required.
-  static Result<SocketAddress> parse(std::string_view hostPort);
+  // address. Port 0..65535 is required. With resolveNames false only
+  // numeric hosts are accepted (no lookup ever leaves the process).
+  static Result<SocketAddress> parse(std::string_view hostPort, bool resolveNames = true);
   // From a sockaddr returned by the kernel (getifaddrs, getsockname...).
   static SocketAddress fromSockaddr(const sockaddr* sa, socklen_t len);
 

@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# Builds the fuzz targets (tests/fuzz: clang + libFuzzer, ASan + UBSan) into
+# ${BUILD_DIR:-build-fuzz} and runs each one: first over its regression
+# inputs (tests/fuzz/regressions/<target>/), then fuzzing for
+# SECONDS_PER_TARGET seconds from a working copy of its seed corpus.
+#
+#   tools/scripts/run-fuzz.sh [SECONDS_PER_TARGET=30] [extra libFuzzer args...]
+#
+# FUZZ_TARGETS="hello settings" runs only those; FUZZ_WORK (default
+# $BUILD_DIR/fuzz-work) holds the working corpora, which grow from run to
+# run, and the crash files (artifacts/<target>/). JOBS caps the build's
+# parallel jobs. Prints one line per target and exits non-zero when any
+# target crashed or a regression input fails again.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+build="${BUILD_DIR:-$root/build-fuzz}"
+seconds=30
+if [ $# -gt 0 ]; then
+  seconds="$1"
+  shift
+fi
+extra=("$@")
+work="${FUZZ_WORK:-$build/fuzz-work}"
+
+# ---- dependencies (as tools/scripts/install-deps.sh: root or sudo) ----------
+install() {
+  local missing=()
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  local sudo=""
+  if [ "$(id -u)" -ne 0 ]; then sudo=sudo; fi
+  echo "loom: installing ${missing[*]}" >&2
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+}
+install cmake ninja-build g++ clang
+# libFuzzer comes with the compiler-rt of the clang version installed (14 on Debian 12).
+clang_major="$(clang++ -dumpversion | cut -d. -f1)"
+install "libclang-rt-${clang_major}-dev"
+
+# ---- build ---------------------------------------------------------------------
+cmake -S "$root/tests/fuzz" -B "$build" -G Ninja \
+  -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_C_COMPILER=clang >/dev/null
+cmake --build "$build" -j "${JOBS:-$(nproc)}"
+
+# ---- run -----------------------------------------------------------------------
+if [ -n "${FUZZ_TARGETS:-}" ]; then
+  read -r -a targets <<<"$FUZZ_TARGETS"
+else
+  targets=()
+  for f in "$root"/tests/fuzz/fuzz_*.cc; do
+    name="$(basename "$f" .cc)"
+    targets+=("${name#fuzz_}")
+  done
+fi
+
+# Hangs and runaway memory are failures too: -timeout per input, -rss_limit_mb.
+common=(-rss_limit_mb=2048 -timeout=20)
+failed=0
+for t in "${targets[@]}"; do
+  bin="$build/fuzz_$t"
+  log="$work/logs/$t.log"
+  mkdir -p "$work/corpus/$t" "$work/artifacts/$t" "$work/logs"
+
+  # Every crash found so far, as a test that must keep passing.
+  regressions=()
+  if [ -d "$root/tests/fuzz/regressions/$t" ]; then
+    while IFS= read -r -d '' f; do regressions+=("$f"); done \
+      < <(find "$root/tests/fuzz/regressions/$t" -type f ! -name '*.md' -print0 | sort -z)
+  fi
+  if [ ${#regressions[@]} -gt 0 ]; then
+    if ! "$bin" "${common[@]}" "${regressions[@]}" >"$work/logs/$t.regressions.log" 2>&1; then
+      echo "fuzz $t: a regression input fails again; see $work/logs/$t.regressions.log" >&2
+      failed=1
+      continue
+    fi
+  fi
+
+  # Fuzz from the seeds (added to what earlier runs left in the working corpus).
+  cp -n "$root/tests/fuzz/corpus/$t/"* "$work/corpus/$t/" 2>/dev/null || true
+  rm -f "$work/artifacts/$t/"*
+  start=$(date +%s)
+  status=0
+  "$bin" "${common[@]}" -max_total_time="$seconds" -print_final_stats=1 \
+    -artifact_prefix="$work/artifacts/$t/" "${extra[@]}" "$work/corpus/$t" >"$log" 2>&1 || status=$?
+  elapsed=$(( $(date +%s) - start ))
+  execs="$(grep -m1 '^stat::number_of_executed_units:' "$log" | awk '{print $2}' || true)"
+  crashes="$(find "$work/artifacts/$t" -type f \( -name 'crash-*' -o -name 'leak-*' -o -name 'timeout-*' \
+    -o -name 'oom-*' \) | wc -l)"
+  if [ "$status" -ne 0 ] && [ "$crashes" -eq 0 ]; then crashes=1; fi  # failed without a file: count it
+  echo "fuzz $t: ${execs:-0} executions in $elapsed s, $crashes crashes"
+  if [ "$crashes" -ne 0 ]; then
+    echo "  log: $log; inputs: $work/artifacts/$t/" >&2
+    failed=1
+  fi
+done
+exit "$failed"
