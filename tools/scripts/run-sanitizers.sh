@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# The sanitizer tiers (CI runs them after run-tests.sh):
+#   ASan + UBSan: the unit and multi-process tests (not the >2^31-element
+#                 one, which needs 6 GiB of plain buffers), build-asan/
+#   TSan:         the tests that run ranks as threads of one process,
+#                 build-tsan/
+# Any report fails the run: UBSan is built to abort, ASan and TSan exit
+# non-zero. Suppressions, each with its reason, live in
+# tools/scripts/sanitizer-suppressions/.
+# Usage: run-sanitizers.sh [asan|tsan|all]   (default all)
+set -euo pipefail
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+which="${1:-all}"
+jobs="$(nproc)"
+supp="$root/tools/scripts/sanitizer-suppressions"
+"$root/tools/scripts/install-deps.sh"
+
+configure() {  # dir sanitizer
+  # -O1 -g1: sanitizer builds compile faster and still give file:line stacks.
+  cmake -S "$root" -B "$1" -G Ninja -DLOOM_SANITIZE="$2" -DLOOM_BUILD_BENCH=OFF \
+    -DCMAKE_BUILD_TYPE=Sanitize -DCMAKE_CXX_FLAGS_SANITIZE="-O1 -g1" -DCMAKE_C_FLAGS_SANITIZE="-O1 -g1" >/dev/null
+}
+
+if [ "$which" = all ] || [ "$which" = asan ]; then
+  dir="${ASAN_BUILD_DIR:-$root/build-asan}"
+  configure "$dir" address,undefined
+  cmake --build "$dir" -j "$jobs"
+  # allocator_may_return_null: a failed huge allocation must reach loom's
+  # own error path (tested), not abort inside ASan.
+  export ASAN_OPTIONS="allocator_may_return_null=1:detect_leaks=1:abort_on_error=0:suppressions=$supp/asan.txt"
+  export LSAN_OPTIONS="suppressions=$supp/lsan.txt"
+  export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+  # Not the link and install checks: they build outside programs against
+  # this (instrumented) library on purpose without the sanitizer runtime.
+  (cd "$dir" && ctest --output-on-failure --timeout 900 -j "$jobs" -L "unit|multiproc" -LE large \
+     -E '^api_(link|install)')
+  unset ASAN_OPTIONS LSAN_OPTIONS UBSAN_OPTIONS
+fi
+
+if [ "$which" = all ] || [ "$which" = tsan ]; then
+  dir="${TSAN_BUILD_DIR:-$root/build-tsan}"
+  configure "$dir" thread
+  cmake --build "$dir" -j "$jobs" --target mp_reliability_test mp_comm_test mp_matrix_test mp_failure_test
+  export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$supp/tsan.txt"
+  # Ranks as threads: the matrix at 2 and 3 ranks, the communicator
+  # features, the reliability races, and abort from another thread.
+  (cd "$dir" && ctest --output-on-failure --timeout 900 -j "$jobs" \
+     -R '^(mp_reliability_test\.|mp_comm_test\.|mp_matrix_test\..*/n[23](_tcp)?$|mp_failure_test\..*AbortFromAnotherThread)')
+  unset TSAN_OPTIONS
+fi
