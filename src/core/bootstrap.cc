@@ -17,7 +17,7 @@ constexpr double kHelloTimeoutS = 30;
 // a ring step can block the other however large the blocks are.
 Status exchange(int sfd, const void* sbuf, size_t sbytes, int rfd, void* rbuf, size_t rbytes,
                 Deadline deadline, const std::atomic<bool>* abort, const Bootstrap::Check& check,
-                const std::string& prevName) {
+                const std::string& nextName, const std::string& prevName) {
   size_t sent = 0, got = 0;
   while (sent < sbytes || got < rbytes) {
     if (abort && abort->load(std::memory_order_relaxed)) return invalidUsage("communicator aborted");
@@ -31,8 +31,8 @@ Status exchange(int sfd, const void* sbuf, size_t sbytes, int rfd, void* rbuf, s
                          MSG_DONTWAIT | MSG_NOSIGNAL);
       if (n > 0) sent += size_t(n);
       else if (n < 0 && errno != EAGAIN && errno != EINTR)
-        return remoteError("bootstrap ring: sending to the next rank failed: " +
-                           std::string(strerror(errno)));
+        return remoteError("bootstrap ring: sending to " + nextName + " failed (" + std::string(strerror(errno)) +
+                           "): that rank exited or failed");
     }
     if (got < rbytes) {
       ssize_t n = ::recv(rfd, static_cast<char*>(rbuf) + got, rbytes - got, MSG_DONTWAIT);
@@ -119,14 +119,34 @@ Status Bootstrap::adoptTable(std::vector<wire::RankInfo> table, Deadline deadlin
   return buildRing(deadline, abort);
 }
 
+// Every rank listens before any learns the table, so a neighbour that
+// refuses connections is gone. A rank that fails here tells the others, so
+// a rank waiting for a dead neighbour's connection ends too.
 Status Bootstrap::buildRing(Deadline deadline, const std::atomic<bool>* abort) {
+  constexpr double kRefusedLimitS = 3;
   const int n = id_.nranks;
   if (n == 1) return Status::ok();
   const int next = (id_.rank + 1) % n, prev = (id_.rank + n - 1) % n;
-  LOOM_ASSIGN_OR_RETURN(ringNext_, connectPeer(next, wire::HelloKind::kBootstrapRing, 0, 0, 1,
-                                               nullptr, 0, deadline, abort));
-  LOOM_ASSIGN_OR_RETURN(ringPrev_, waitFor(wire::HelloKind::kBootstrapRing, prev, deadline, abort));
-  return Status::ok();
+  Status s;
+  {
+    auto fd = peerAddress(next);
+    if (!fd.isOk()) return fd.takeStatus();
+    auto conn = net::connectTo(*fd, deadline, abort, kRefusedLimitS);
+    if (conn.isOk()) {
+      s = sendHello(conn->get(), next, wire::HelloKind::kBootstrapRing, 0, 0, 1, nullptr, 0, deadline, abort);
+      if (s.isOk()) ringNext_ = std::move(*conn);
+    } else {
+      s = conn.takeStatus();
+    }
+    if (!s.isOk()) s = s.addContext("connecting to " + describe(next) + " (bootstrap ring)");
+  }
+  if (s.isOk()) {
+    auto fd = waitFor(wire::HelloKind::kBootstrapRing, prev, deadline, abort);
+    if (fd.isOk()) ringPrev_ = std::move(*fd);
+    else s = fd.takeStatus();
+  }
+  if (!s.isOk() && !(abort && abort->load())) notifyAll(s.message().substr(0, wire::kMaxNoticeBytes));
+  return s;
 }
 
 Result<net::SocketAddress> Bootstrap::peerAddress(int peer) const {
@@ -192,6 +212,47 @@ Status checkHello(const wire::Hello& h, const Bootstrap::Identity& self) {
   if (h.kind == uint32_t(wire::HelloKind::kData) && (h.count < 1 || h.count > 16 || h.index >= h.count))
     return invalidArgument("a data hello with a bad socket count");
   return Status::ok();
+}
+
+void Bootstrap::notifyAll(const std::string& text) const {
+  // Only the immutable peer table is used: callable while another thread
+  // services the listener. All connects start at once, so a dead rank
+  // (refused) or a slow one delays nobody's notice: peers must hear the
+  // cause before they see this rank's connections close (preferPeerReport).
+  constexpr int kTotalMs = 1000;
+  struct Out {
+    int rank;
+    net::UniqueFd fd;
+  };
+  std::vector<Out> out;
+  for (int r = 0; r < int(table_.size()); ++r) {
+    if (r == id_.rank) continue;
+    auto addr = peerAddress(r);
+    if (!addr.isOk()) continue;
+    int err = 0;
+    auto fd = net::startConnect(*addr, &err);
+    if (fd.isOk() && fd->valid()) out.push_back(Out{r, std::move(*fd)});
+  }
+  const Deadline deadline = Deadline::afterMs(kTotalMs);
+  while (!out.empty() && !deadline.expired()) {
+    std::vector<pollfd> fds;
+    for (const Out& o : out) fds.push_back({o.fd.get(), POLLOUT, 0});
+    ::poll(fds.data(), fds.size(), deadline.msLeft(kTotalMs));
+    for (size_t i = 0; i < out.size();) {
+      const int state = net::finishConnect(out[i].fd.get());
+      if (state == EINPROGRESS) {
+        ++i;
+        continue;
+      }
+      if (state == 0) {
+        // A fresh socket takes the hello and the text at once.
+        sendHello(out[i].fd.get(), out[i].rank, wire::HelloKind::kAbortNotice, 0, 0, 0, text.data(),
+                  uint32_t(text.size()), Deadline::afterMs(100), nullptr)
+            .ignore();
+      }
+      out.erase(out.begin() + long(i));
+    }
+  }
 }
 
 void Bootstrap::service() {
@@ -278,6 +339,10 @@ Result<net::UniqueFd> Bootstrap::waitFor(wire::HelloKind kind, int from, Deadlin
     service();
     if (auto fd = take(kind, from, 0, 0)) return std::move(*fd);
     if (abort && abort->load()) return invalidUsage("communicator aborted");
+    if (!notices_.empty()) {
+      const Notice n = notices_.front();
+      return remoteError(describe(n.fromRank) + " reports: " + n.text);
+    }
     if (deadline.expired()) return remoteError("timed out waiting for " + describe(from) + " to connect");
     std::vector<pollfd> fds;
     pollFds(&fds);
@@ -290,12 +355,12 @@ Status Bootstrap::allGather(void* data, size_t bytes, Deadline deadline, const s
                             const Check& check) {
   const int n = id_.nranks;
   auto* base = static_cast<uint8_t*>(data);
-  const std::string prevName = describe((id_.rank + n - 1) % n);
+  const std::string prevName = describe((id_.rank + n - 1) % n), nextName = describe((id_.rank + 1) % n);
   for (int k = 0; k < n - 1; ++k) {
     int sendBlock = (id_.rank - k + n) % n;
     int recvBlock = (id_.rank - k - 1 + n) % n;
     LOOM_TRY(exchange(ringNext_.get(), base + size_t(sendBlock) * bytes, bytes, ringPrev_.get(),
-                      base + size_t(recvBlock) * bytes, bytes, deadline, abort, check, prevName));
+                      base + size_t(recvBlock) * bytes, bytes, deadline, abort, check, nextName, prevName));
   }
   return Status::ok();
 }

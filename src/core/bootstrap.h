@@ -88,6 +88,9 @@ class Bootstrap {
   // What service() waits on: the listener and connections whose hello is
   // still arriving.
   void pollFds(std::vector<pollfd>* fds) const;
+  // Sends `text` as an abort notice to every other rank at once, skipping
+  // ranks that refuse (dead); bounded to about a second in all.
+  void notifyAll(const std::string& text) const;
   // An authenticated socket stashed by service(), if it arrived.
   std::optional<net::UniqueFd> take(wire::HelloKind kind, int from, uint32_t channel, uint32_t index);
   // Sockets announced by `from` for its data connection to us (0: none yet).

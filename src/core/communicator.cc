@@ -1,6 +1,7 @@
 #include "core/communicator.h"
 
 #include <poll.h>
+#include <pthread.h>
 #include <sys/eventfd.h>
 #include <sys/random.h>
 #include <unistd.h>
@@ -215,6 +216,13 @@ Status Communicator::initFromId(const uint8_t id[kUniqueIdBytes], int nranks, in
 }
 
 Status Communicator::finishInit() {
+  Status s = connectPeersAtInit();
+  // The peers know this rank now and may wait for it: tell them it failed.
+  if (!s.isOk() && !aborted()) fail(s, true);
+  return s;
+}
+
+Status Communicator::connectPeersAtInit() {
   const Mode mine = Mode(bootstrap_->peer(rank_).mode);
   for (int r = 0; r < nranks_; ++r) {
     if (Mode(bootstrap_->peer(r).mode) != mine) {
@@ -260,6 +268,7 @@ void Communicator::startAsync(std::function<Status()> job) {
   };
   try {
     initThread_ = std::thread(std::move(body));
+    pthread_setname_np(initThread_.native_handle(), "loom-init");
   } catch (const std::system_error& e) {
     fail(systemError(std::string("cannot start the init thread: ") + e.what()), false);
     setState(State::kFailed);
@@ -295,48 +304,7 @@ void Communicator::fail(const Status& status, bool tellPeers) {
   }
   LOOM_WARN("%s: %s", describe().c_str(), status.message().c_str());
   if (!tellPeers || !bootstrap_ || nranks_ <= 1 || forkedAway()) return;
-  this->tellPeers(status.message().substr(0, wire::kMaxNoticeBytes));
-}
-
-void Communicator::tellPeers(const std::string& text) {
-  // The peer table is immutable after init: no lock needed to connect. All
-  // connects start at once, so a dead rank (refused) or a slow one delays
-  // nobody's notice: peers must hear the cause before they see this rank's
-  // connections close (preferPeerReport).
-  constexpr int kTotalMs = 1000;
-  struct Out {
-    int rank;
-    net::UniqueFd fd;
-  };
-  std::vector<Out> out;
-  for (int r = 0; r < nranks_; ++r) {
-    if (r == rank_) continue;
-    auto addr = bootstrap_->peerAddress(r);
-    if (!addr.isOk()) continue;
-    int err = 0;
-    auto fd = net::startConnect(*addr, &err);
-    if (fd.isOk() && fd->valid()) out.push_back(Out{r, std::move(*fd)});
-  }
-  const Deadline deadline = Deadline::afterMs(kTotalMs);
-  while (!out.empty() && !deadline.expired()) {
-    std::vector<pollfd> fds;
-    for (const Out& o : out) fds.push_back({o.fd.get(), POLLOUT, 0});
-    ::poll(fds.data(), fds.size(), deadline.msLeft(kTotalMs));
-    for (size_t i = 0; i < out.size();) {
-      const int state = net::finishConnect(out[i].fd.get());
-      if (state == EINPROGRESS) {
-        ++i;
-        continue;
-      }
-      if (state == 0) {
-        // A fresh socket takes the hello and the text at once.
-        bootstrap_->sendHello(out[i].fd.get(), out[i].rank, wire::HelloKind::kAbortNotice, 0, 0, 0, text.data(),
-                              uint32_t(text.size()), Deadline::afterMs(100), nullptr)
-            .ignore();
-      }
-      out.erase(out.begin() + long(i));
-    }
-  }
+  bootstrap_->notifyAll(status.message().substr(0, wire::kMaxNoticeBytes));
 }
 
 Status Communicator::preferPeerReport(const Status& seen) {
@@ -383,7 +351,7 @@ void Communicator::announceAbort(const std::string& why) {
   if (!ready() || !stickyError().isOk() || forkedAway() || nranks_ <= 1) return;
   std::string text = "it aborted the communicator (ncclCommAbort)";
   if (!why.empty()) text += "; the last error in that process was: " + why;
-  tellPeers(text.substr(0, wire::kMaxNoticeBytes));
+  bootstrap_->notifyAll(text.substr(0, wire::kMaxNoticeBytes));
 }
 
 void Communicator::pollFdsForNotices(std::vector<pollfd>* fds) {

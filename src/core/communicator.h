@@ -174,9 +174,7 @@ class Communicator {
  private:
   enum class State { kInitializing, kReady, kFailed };
   Status finishInit();
-  // Sends `text` as an abort notice to every other rank at once, skipping
-  // ranks that refuse (dead); bounded to about a second in all.
-  void tellPeers(const std::string& text);
+  Status connectPeersAtInit();
   void setState(State s);
   // Splits: waits until `ticket` is the next one to run.
   Status waitSplitTurn(uint64_t ticket, const std::atomic<bool>* abort);

@@ -1,6 +1,7 @@
 #include "core/root.h"
 
 #include <poll.h>
+#include <pthread.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -328,6 +329,7 @@ Result<std::unique_ptr<RootServer>> RootServer::start(net::UniqueFd listener, co
   } catch (const std::system_error& e) {
     return systemError(std::string("cannot start the bootstrap root thread: ") + e.what());
   }
+  pthread_setname_np(server->thread_.native_handle(), "loom-root");  // for gdb, top -H and tests
   return server;
 }
 

@@ -350,7 +350,7 @@ Status ShmConnection::checkSlot(const RecvMsg& m, const SlotDesc& d) const {
     }
     // A whole message only: never the rest of one partly delivered by copy
     // (its first pieces may already have gone to a sink).
-    if (d.addr != 0 && d.totalBytes > 0 && m.received == 0) return Status::ok();
+    if (d.addr != 0 && d.totalBytes > 0 && (m.received == 0 || m.pulling)) return Status::ok();
   }
   return remoteError(describePeer() + " published a malformed shared-memory slot (kind " +
                      std::to_string(d.kind) + "): its inbox is corrupted");
@@ -424,6 +424,7 @@ Status ShmConnection::moveRecvs() {
       m.t->progressed = m.received;
     } else {
       bool finished = false;
+      m.pulling = true;
       LOOM_TRY(pull(m, d, &budget, &finished));
       if (!finished) break;
     }

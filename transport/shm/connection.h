@@ -119,6 +119,7 @@ class ShmConnection final : public Connection {
     Transfer* t = nullptr;
     uint64_t seq = 0;
     size_t received = 0;
+    bool pulling = false;  // its single-copy slot was accepted (pull() may take several calls)
   };
 
   ShmConnection(int peerRank, const Options& options, Inbox mine);

@@ -404,7 +404,7 @@ Result<UniqueFd> connectOnce(const SocketAddress& to, Deadline deadline,
 }  // namespace
 
 Result<UniqueFd> connectTo(const SocketAddress& to, Deadline deadline,
-                           const std::atomic<bool>* abort) {
+                           const std::atomic<bool>* abort, double refusedLimitS) {
   if (to.family() != AF_INET && to.family() != AF_INET6)
     return invalidArgument("cannot connect to " + to.toString() + ": not an IPv4/IPv6 address");
   if (to.port() == 0) return invalidArgument("cannot connect to " + to.toString() + ": port 0");
@@ -412,6 +412,7 @@ Result<UniqueFd> connectTo(const SocketAddress& to, Deadline deadline,
   int backoffMs = 1;
   int attempts = 0;
   int lastErr = ETIMEDOUT;  // reported when no attempt got an answer at all
+  Clock::time_point refusedSince{};
   while (true) {
     if (aborted(abort)) return abortedError("connecting to " + to.toString());
     ++attempts;
@@ -419,6 +420,15 @@ Result<UniqueFd> connectTo(const SocketAddress& to, Deadline deadline,
     LOOM_ASSIGN_OR_RETURN(UniqueFd fd, connectOnce(to, deadline, abort, &err));
     if (fd) return fd;
     if (err != 0) lastErr = err;
+    if (err == ECONNREFUSED && refusedLimitS > 0) {
+      if (refusedSince == Clock::time_point{}) refusedSince = Clock::now();
+      if (secondsSince(refusedSince) > refusedLimitS) {
+        return remoteError(to.toString() + " refuses connections (for " + std::to_string(int(refusedLimitS)) +
+                           " s): the process that listened there exited or closed its communicator");
+      }
+    } else {
+      refusedSince = {};
+    }
     if (err != 0 && !retryableConnectError(err)) {
       return systemError("cannot connect to " + to.toString() + ": " + errnoText(err) +
                          "; check that the address is reachable from this host "

@@ -133,8 +133,10 @@ Result<UniqueFd> listenOn(const SocketAddress& addr, SocketAddress* bound);
 // TCP_NODELAY set. Failure to get through before the deadline is kRemoteError;
 // an abort is kRemoteError with "aborted" in the message; a local failure
 // (no route, bad address) is kSystemError. Messages name the address.
+// `refusedLimitS` > 0: a peer that keeps refusing (ECONNREFUSED) for that
+// long is gone (for listeners known to be open already): kRemoteError then.
 Result<UniqueFd> connectTo(const SocketAddress& to, Deadline deadline,
-                           const std::atomic<bool>* abort);
+                           const std::atomic<bool>* abort, double refusedLimitS = 0);
 
 // Non-blocking connect in two halves, for state machines that must never
 // block. startConnect returns a socket whose connect is under way (poll it
