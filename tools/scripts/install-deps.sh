@@ -3,7 +3,7 @@
 # through sudo). Safe to run again: apt-get skips what is installed.
 set -euo pipefail
 packages=(cmake ninja-build g++ make pkg-config libgtest-dev libgmock-dev libbenchmark-dev
-          iproute2 procps python3)
+          iproute2 procps python3 gdb)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
