@@ -344,8 +344,21 @@ Result<net::UniqueFd> Bootstrap::waitFor(wire::HelloKind kind, int from, Deadlin
       return remoteError(describe(n.fromRank) + " reports: " + n.text);
     }
     if (deadline.expired()) return remoteError("timed out waiting for " + describe(from) + " to connect");
+    // Nothing ever arrives on the ring socket to the next rank: readable
+    // means it closed, so that rank died while this one waits (with two
+    // ranks it is the very rank waited for).
+    if (ringNext_) {
+      char byte;
+      const ssize_t n = ::recv(ringNext_.get(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+        const int next = (id_.rank + 1) % id_.nranks;
+        return remoteError(describe(next) +
+                           " closed its bootstrap connection during setup: that rank exited or failed");
+      }
+    }
     std::vector<pollfd> fds;
     pollFds(&fds);
+    if (ringNext_) fds.push_back({ringNext_.get(), POLLIN, 0});
     if (::poll(fds.data(), fds.size(), deadline.msLeft(100)) < 0 && errno != EINTR)
       return systemErrno("poll", errno);
   }
