@@ -333,8 +333,23 @@ int Bootstrap::socketCount(int from) const {
 
 std::vector<Notice> Bootstrap::takeNotices() { return std::exchange(notices_, {}); }
 
+bool Bootstrap::refuses(int peer) const {
+  auto addr = peerAddress(peer);
+  if (!addr.isOk()) return false;
+  int err = 0;
+  auto fd = net::startConnect(*addr, &err);
+  if (!fd.isOk()) return false;
+  if (!fd->valid()) return err == ECONNREFUSED;
+  pollfd p{fd->get(), POLLOUT, 0};
+  ::poll(&p, 1, 200);
+  return net::finishConnect(fd->get()) == ECONNREFUSED;
+}
+
 Result<net::UniqueFd> Bootstrap::waitFor(wire::HelloKind kind, int from, Deadline deadline,
                                          const std::atomic<bool>* abort) {
+  constexpr double kProbePeriodS = 0.5;
+  Clock::time_point lastProbe = Clock::now();
+  bool refusedBefore = false;  // two refusals in a row, half a second apart
   for (;;) {
     service();
     if (auto fd = take(kind, from, 0, 0)) return std::move(*fd);
@@ -344,21 +359,19 @@ Result<net::UniqueFd> Bootstrap::waitFor(wire::HelloKind kind, int from, Deadlin
       return remoteError(describe(n.fromRank) + " reports: " + n.text);
     }
     if (deadline.expired()) return remoteError("timed out waiting for " + describe(from) + " to connect");
-    // Nothing ever arrives on the ring socket to the next rank: readable
-    // means it closed, so that rank died while this one waits (with two
-    // ranks it is the very rank waited for).
-    if (ringNext_) {
-      char byte;
-      const ssize_t n = ::recv(ringNext_.get(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
-        const int next = (id_.rank + 1) % id_.nranks;
-        return remoteError(describe(next) +
-                           " closed its bootstrap connection during setup: that rank exited or failed");
+    // `from` opened its listener before anyone learned the table and must
+    // connect here before it can finish: if it refuses connections now, it
+    // died (a failed setup would have sent a notice).
+    if (secondsSince(lastProbe) > kProbePeriodS) {
+      lastProbe = Clock::now();
+      const bool refused = refuses(from);
+      if (refused && refusedBefore) {
+        return remoteError(describe(from) + " died during setup: its listener refuses connections");
       }
+      refusedBefore = refused;
     }
     std::vector<pollfd> fds;
     pollFds(&fds);
-    if (ringNext_) fds.push_back({ringNext_.get(), POLLIN, 0});
     if (::poll(fds.data(), fds.size(), deadline.msLeft(100)) < 0 && errno != EINTR)
       return systemErrno("poll", errno);
   }

@@ -103,6 +103,8 @@ class Bootstrap {
   Status buildRing(Deadline deadline, const std::atomic<bool>* abort);
   Result<net::UniqueFd> waitFor(wire::HelloKind kind, int from, Deadline deadline,
                                 const std::atomic<bool>* abort);
+  // True when `peer`'s listener refuses a connection right now.
+  bool refuses(int peer) const;
 
   struct Pending {
     net::UniqueFd fd;
