@@ -91,6 +91,10 @@ class Bootstrap {
   // Sends `text` as an abort notice to every other rank at once, skipping
   // ranks that refuse (dead); bounded to about a second in all.
   void notifyAll(const std::string& text) const;
+  // True when `peer`'s listener refuses a connection right now (it listens
+  // from before its address is known until its communicator ends, so a
+  // refusal during setup means it died).
+  bool refuses(int peer) const;
   // An authenticated socket stashed by service(), if it arrived.
   std::optional<net::UniqueFd> take(wire::HelloKind kind, int from, uint32_t channel, uint32_t index);
   // Sockets announced by `from` for its data connection to us (0: none yet).
@@ -103,8 +107,6 @@ class Bootstrap {
   Status buildRing(Deadline deadline, const std::atomic<bool>* abort);
   Result<net::UniqueFd> waitFor(wire::HelloKind kind, int from, Deadline deadline,
                                 const std::atomic<bool>* abort);
-  // True when `peer`'s listener refuses a connection right now.
-  bool refuses(int peer) const;
 
   struct Pending {
     net::UniqueFd fd;

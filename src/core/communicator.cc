@@ -391,11 +391,27 @@ Status Communicator::connectStep(const std::vector<int>& peers, bool* ready) {
 }
 
 Status Communicator::connectAll(const std::vector<int>& peers, Deadline deadline) {
+  constexpr double kProbePeriodS = 0.5;
+  Clock::time_point lastProbe = Clock::now();
+  std::vector<int> refusedBefore;
   for (;;) {
     bool ready = false;
     LOOM_TRY(connectStep(peers, &ready));
     if (ready) return Status::ok();
     if (aborted()) return invalidUsage("communicator aborted");
+    // A peer that must connect to this rank and died during setup never
+    // does: its listener refusing twice, half a second apart, says so.
+    if (secondsSince(lastProbe) > kProbePeriodS) {
+      lastProbe = Clock::now();
+      std::vector<int> refused;
+      for (int p : peers) {
+        if (p >= rank_ || connPtrs_[size_t(p)] || !bootstrap_->refuses(p)) continue;
+        if (std::find(refusedBefore.begin(), refusedBefore.end(), p) != refusedBefore.end())
+          return remoteError(describePeer(p) + " died during setup: its listener refuses connections");
+        refused.push_back(p);
+      }
+      refusedBefore = std::move(refused);
+    }
     if (deadline.expired()) {
       std::string missing;
       for (int p : peers)
