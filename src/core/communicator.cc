@@ -251,16 +251,19 @@ void Communicator::setState(State s) {
   stateCv_.notify_all();
 }
 
+Status runInitJob(const std::function<Status()>& job) {
+  try {
+    return job();
+  } catch (const std::bad_alloc&) {
+    return systemError("out of host memory during init");
+  } catch (const std::exception& e) {
+    return internalError(std::string("unexpected exception during init: ") + e.what());
+  }
+}
+
 void Communicator::startAsync(std::function<Status()> job) {
   auto body = [this, job = std::move(job)] {
-    Status s;
-    try {
-      s = job();
-    } catch (const std::bad_alloc&) {
-      s = systemError("out of host memory during init");
-    } catch (const std::exception& e) {
-      s = internalError(std::string("unexpected exception during init: ") + e.what());
-    }
+    Status s = runInitJob(job);
     if (!s.isOk()) {
       fail(s, false);
       setState(State::kFailed);

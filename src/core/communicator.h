@@ -56,6 +56,9 @@ struct CommOptions {
   static CommOptions fromSettings();
 };
 
+// Runs an init or split job on any thread: an exception becomes an error.
+Status runInitJob(const std::function<Status()>& job);
+
 // Reads a unique id made by getUniqueId (bytes from the user: checked).
 Status decodeUniqueId(const uint8_t id[kUniqueIdBytes], net::SocketAddress* root, uint64_t secret[2]);
 

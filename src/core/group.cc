@@ -291,14 +291,7 @@ Status groupEnd() {
   for (auto& [comm, job] : inits)
     if (!comm || comm->options().blocking) blockingComms.push_back(comm);
   auto runJob = [&](Communicator* comm, std::function<Status()>& job) {
-    Status s;
-    try {
-      s = job();
-    } catch (const std::bad_alloc&) {
-      s = systemError("out of host memory during init");
-    } catch (const std::exception& e) {
-      s = internalError(std::string("unexpected exception during init: ") + e.what());
-    }
+    Status s = runInitJob(job);
     if (s.isOk()) return;
     if (comm) comm->fail(s, false);
     std::lock_guard<std::mutex> lock(failMutex);
