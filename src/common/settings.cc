@@ -207,6 +207,7 @@ std::shared_ptr<const Config> build(const std::function<const char*(const char*)
   auto cfg = std::make_shared<Config>();
   for (const Spec& spec : kTable) {
     Config::Value v;
+    v.type = spec.type;
     v.text = spec.defaultValue;
     if (const char* env = envLookup(spec.name)) {
       v.text = env;
@@ -249,8 +250,7 @@ void reload() {
 const Config::Value& Config::lookup(std::string_view name, Type type) const {
   auto it = values_.find(name);
   if (it == values_.end()) misuse("read of undeclared setting", name);
-  const Spec* spec = find(name);
-  if (spec->type != type && !(type == Type::kString)) misuse("read with the wrong type", name);
+  if (it->second.type != type && type != Type::kString) misuse("read with the wrong type", name);
   return it->second;
 }
 

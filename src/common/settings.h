@@ -58,6 +58,7 @@ class Config {
     std::string text;
     int64_t number = 0;
     Source source = Source::kDefault;
+    Type type = Type::kString;  // the declared type, checked on every read
   };
   const Value& lookup(std::string_view name, Type type) const;
   std::map<std::string, Value, std::less<>> values_;
