@@ -4,4 +4,4 @@
 add_executable(api_args_test ${CMAKE_CURRENT_LIST_DIR}/api_args_test.cc)
 target_link_libraries(api_args_test PRIVATE nccl GTest::gtest Threads::Threads)
 target_compile_options(api_args_test PRIVATE -Wall -Wextra)
-gtest_discover_tests(api_args_test DISCOVERY_TIMEOUT 60 TEST_PREFIX "api_args_test." PROPERTIES LABELS unit TIMEOUT 60)
+loom_unit_tests(api_args_test DISCOVERY_TIMEOUT 60 TEST_PREFIX "api_args_test." PROPERTIES LABELS unit TIMEOUT 60)
