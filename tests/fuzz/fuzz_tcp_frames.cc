@@ -22,6 +22,7 @@
 #include <linux/sockios.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -76,8 +77,24 @@ Link connectLink() {
   Link k;
   k.writer = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (k.writer < 0) die("socket");
-  if (::connect(k.writer, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) die("connect");
-  k.reader = ::accept4(listener(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+  if (::connect(k.writer, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    // libFuzzer's timer signal may interrupt the connect, which then goes on
+    // in the background: wait for it to finish (a long run hit this).
+    if (errno != EINTR) die("connect");
+    pollfd p{k.writer, POLLOUT, 0};
+    while (::poll(&p, 1, -1) < 0) {
+      if (errno != EINTR) die("poll");
+    }
+    int err = 0;
+    socklen_t errLen = sizeof err;
+    if (::getsockopt(k.writer, SOL_SOCKET, SO_ERROR, &err, &errLen) != 0 || err != 0) {
+      errno = err;
+      die("connect");
+    }
+  }
+  do {
+    k.reader = ::accept4(listener(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+  } while (k.reader < 0 && errno == EINTR);
   if (k.reader < 0) die("accept4");
   int one = 1;
   ::setsockopt(k.writer, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
