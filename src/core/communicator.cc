@@ -60,7 +60,7 @@ CommOptions CommOptions::fromSettings() {
   o.sliceBytes = size_t(std::max<int64_t>(chunk, 4096));
   o.timeoutS = double(cfg->getInt("LOOM_TIMEOUT_S"));
   o.initTimeoutS = double(std::max<int64_t>(cfg->getInt("LOOM_INIT_TIMEOUT_S"), 1));
-  o.link.shmEnabled = !cfg->getBool("NCCL_SHM_DISABLE");
+  o.link.selection = transport::Selection::fromSettings();
   return o;
 }
 

@@ -5,7 +5,6 @@
 #include "common/log.h"
 #include "core/mode.h"
 #include "transport/loopback/connection.h"
-#include "transport/shm/connection.h"
 #include "transport/tcp/connection.h"
 
 namespace loom::core {
@@ -14,42 +13,16 @@ namespace {
 using transport::Connection;
 constexpr uint32_t kOfferMagic = 0x7266664f;    // "Offr"
 constexpr uint32_t kVerdictMagic = 0x74636556;  // "Vect"
+constexpr uint32_t kMaxEndpointBytes = 4096;
 
-// The registry: transports that can replace TCP for a pair, in order of
-// preference. Each decides from facts both sides know (their RankInfos) and
-// its own settings; the offer exchange makes the outcome mutual.
-struct UpgradeEntry {
-  const char* name;
-  bool (*applies)(const wire::RankInfo& self, const wire::RankInfo& peer, const LinkOptions& o);
-  // Creates this side's half; writes the descriptor the peer needs.
-  Result<std::unique_ptr<Connection>> (*create)(int peer, uint8_t* desc, uint32_t* length);
-  Status (*attach)(Connection* conn, const uint8_t* desc, uint32_t length);
-};
-
-bool shmApplies(const wire::RankInfo& self, const wire::RankInfo& peer, const LinkOptions& o) {
-  return o.shmEnabled && self.hostHash == peer.hostHash && self.mode == uint32_t(Mode::kHost) &&
-         peer.mode == uint32_t(Mode::kHost);
+transport::PeerView viewOf(int rank, const wire::RankInfo& info) {
+  transport::PeerView v;
+  v.rank = rank;
+  v.hostHash = info.hostHash;
+  v.pid = info.pid;
+  v.hostBuffers = info.mode == uint32_t(Mode::kHost);
+  return v;
 }
-
-Result<std::unique_ptr<Connection>> shmCreate(int peer, uint8_t* desc, uint32_t* length) {
-  using transport::shm::ShmConnection;
-  LOOM_ASSIGN_OR_RETURN(auto conn, ShmConnection::create(peer, ShmConnection::Options::fromSettings()));
-  static_assert(sizeof(transport::shm::ShmDescriptor) <= 128);
-  std::memcpy(desc, &conn->local(), sizeof(transport::shm::ShmDescriptor));
-  *length = sizeof(transport::shm::ShmDescriptor);
-  return std::unique_ptr<Connection>(std::move(conn));
-}
-
-Status shmAttach(Connection* conn, const uint8_t* desc, uint32_t length) {
-  transport::shm::ShmDescriptor d;
-  if (length != sizeof d) return remoteError("the peer sent a shared-memory descriptor of the wrong size");
-  std::memcpy(&d, desc, sizeof d);
-  return static_cast<transport::shm::ShmConnection*>(conn)->attach(d);
-}
-
-constexpr UpgradeEntry kRegistry[] = {
-    {"shm", shmApplies, shmCreate, shmAttach},
-};
 
 }  // namespace
 
@@ -60,7 +33,9 @@ std::unique_ptr<Connection> PeerLink::take() { return std::move(result_); }
 
 void PeerLink::pollFds(std::vector<pollfd>* fds) const {
   if (connecting_) fds->push_back({connecting_.get(), POLLOUT, 0});
-  if ((phase_ == Phase::kOffer || phase_ == Phase::kVerdict) && tcp_) tcp_->pollFds(fds);
+  if ((phase_ == Phase::kOffer || phase_ == Phase::kEndpoint || phase_ == Phase::kVerdict) && tcp_) {
+    tcp_->pollFds(fds);
+  }
 }
 
 Status PeerLink::advance(Bootstrap& bootstrap, const std::atomic<bool>* abort, bool* ready) {
@@ -83,6 +58,11 @@ Status PeerLink::advance(Bootstrap& bootstrap, const std::atomic<bool>* abort, b
       LOOM_TRY(tcp_->progress());
       if (!sendOffer_.done || !recvOffer_.done) return Status::ok();
       LOOM_TRY(finishOffer());
+      return Status::ok();
+    case Phase::kEndpoint:
+      LOOM_TRY(tcp_->progress());
+      if (!sendEndpoint_.done || !recvEndpoint_.done) return Status::ok();
+      LOOM_TRY(finishEndpoint());
       return Status::ok();
     case Phase::kVerdict:
       LOOM_TRY(tcp_->progress());
@@ -169,54 +149,68 @@ Status PeerLink::connectSockets(Bootstrap& bootstrap, const std::atomic<bool>* a
 }
 
 void PeerLink::startUpgrade(Bootstrap& bootstrap) {
-  const auto& me = bootstrap.peer(self_);
-  const auto& them = bootstrap.peer(peer_);
-  upgradeIndex_ = -1;
-  for (size_t i = 0; i < std::size(kRegistry); ++i) {
-    if (kRegistry[i].applies(me, them, options_)) {
-      upgradeIndex_ = int(i);
-      break;
-    }
-  }
-  if (upgradeIndex_ < 0) {
+  std::string reasons;
+  backend_ = transport::choose(viewOf(self_, bootstrap.peer(self_)), viewOf(peer_, bootstrap.peer(peer_)),
+                               options_.selection, &reasons);
+  if (!backend_) {
+    LOOM_INFO(log::kInit, "rank %d: tcp to rank %d (%s)", self_, peer_, reasons.c_str());
     result_ = std::move(tcp_);
     phase_ = Phase::kReady;
     return;
   }
-  const UpgradeEntry& entry = kRegistry[upgradeIndex_];
-  mine_ = Offer{kOfferMagic, uint32_t(upgradeIndex_), 1, 0, {}};
-  auto conn = entry.create(peer_, mine_.descriptor.data(), &mine_.length);
-  if (conn.isOk()) {
+  mine_ = Offer{kOfferMagic, 1, 0, 0, {}};
+  std::strncpy(mine_.backend, backend_->name(), sizeof mine_.backend - 1);
+  auto conn = backend_->listen(peer_, &myEndpoint_);
+  if (conn.isOk() && myEndpoint_.size() <= kMaxEndpointBytes) {
     upgraded_ = std::move(conn.value());
+    mine_.length = uint32_t(myEndpoint_.size());
   } else {
     mine_.ok = 0;
-    LOOM_WARN("rank %d: %s transport to rank %d unavailable, using tcp: %s", self_, entry.name, peer_,
-              conn.status().message().c_str());
+    myEndpoint_.clear();
+    LOOM_WARN("rank %d: %s transport to rank %d unavailable, using tcp: %s", self_, backend_->name(), peer_,
+              conn.isOk() ? "its endpoint is too large" : conn.status().message().c_str());
   }
   sendOffer_ = transport::Transfer{&mine_, sizeof mine_};
   recvOffer_ = transport::Transfer{&theirs_, sizeof theirs_};
   Status s = tcp_->postSend(&sendOffer_);
+  if (s.isOk() && mine_.length > 0) {
+    sendEndpoint_ = transport::Transfer{myEndpoint_.data(), myEndpoint_.size()};
+    s = tcp_->postSend(&sendEndpoint_);
+  }
   if (s.isOk()) s = tcp_->postRecv(&recvOffer_);
   if (s.isOk()) s = tcp_->progress();
   s.ignore();  // a failure shows again, sticky, at the next progress()
   phase_ = Phase::kOffer;
 }
 
+// The peer's offer is in: receive its endpoint (if any).
 Status PeerLink::finishOffer() {
-  if (theirs_.magic != kOfferMagic || theirs_.transport != mine_.transport ||
-      theirs_.length > theirs_.descriptor.size()) {
+  if (theirs_.magic != kOfferMagic || theirs_.length > kMaxEndpointBytes || (!theirs_.ok && theirs_.length != 0) ||
+      ::strnlen(theirs_.backend, sizeof theirs_.backend) == sizeof theirs_.backend ||
+      std::strcmp(theirs_.backend, mine_.backend) != 0) {
     return remoteError("rank " + std::to_string(peer_) +
                        " answered the transport negotiation with an unexpected message "
                        "(different loom versions or settings?)");
   }
+  theirEndpoint_.assign(theirs_.length, 0);
+  sendEndpoint_.done = sendEndpoint_.done || mine_.length == 0;
+  recvEndpoint_ = transport::Transfer{theirEndpoint_.data(), theirEndpoint_.size()};
+  recvEndpoint_.done = theirs_.length == 0;
+  if (!recvEndpoint_.done) LOOM_TRY(tcp_->postRecv(&recvEndpoint_));
+  phase_ = Phase::kEndpoint;
+  return tcp_->progress();
+}
+
+// Both endpoints are known: connect, and tell the peer whether it worked.
+Status PeerLink::finishEndpoint() {
   myVerdict_ = Verdict{kVerdictMagic, 0};
   if (mine_.ok && theirs_.ok && upgraded_) {
-    Status s = kRegistry[upgradeIndex_].attach(upgraded_.get(), theirs_.descriptor.data(), theirs_.length);
+    Status s = backend_->connect(*upgraded_, theirEndpoint_);
     if (s.isOk()) {
       myVerdict_.ok = 1;
     } else {
-      LOOM_INFO(log::kInit, "rank %d: cannot attach %s to rank %d, using tcp: %s", self_,
-                kRegistry[upgradeIndex_].name, peer_, s.message().c_str());
+      LOOM_INFO(log::kInit, "rank %d: cannot attach %s to rank %d, using tcp: %s", self_, backend_->name(), peer_,
+                s.message().c_str());
     }
   }
   sendVerdict_ = transport::Transfer{&myVerdict_, sizeof myVerdict_};

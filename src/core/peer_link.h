@@ -1,13 +1,12 @@
-// PeerLink: how this rank gets a data connection to one peer, and the
-// transport registry that picks the transport for the pair.
+// PeerLink: how this rank gets a data connection to one peer.
 //
 // Every pair first connects over TCP (the lower rank connects to the higher
-// rank's listener; the sockets prove the secret). Then the registry's
-// ordered table is consulted: the first transport that applies to the pair
-// (same process rank: loopback; same host, host buffers: shm; else: tcp)
-// may "upgrade" the link: both sides create their half, exchange a
-// descriptor over the TCP connection, attach, and exchange a verdict; only
-// when both sides succeeded is the new transport used, otherwise both keep
+// rank's listener; the sockets prove the secret). Then the transport
+// registry (transport/registry.h) is asked for a backend that applies to
+// the pair; when one does, the link "upgrades": both sides listen() on it,
+// send an offer (the backend's name and their endpoint) over the TCP
+// connection, connect() the peer's endpoint, and exchange a verdict; only
+// when both sides succeeded is the new backend used, otherwise both keep
 // TCP. The whole setup is a non-blocking state machine (advance()), so one
 // thread can set up the links of several communicators at once, and the
 // thread that drives it can check aborts, notices and timeouts meanwhile.
@@ -21,13 +20,14 @@
 #include "common/status.h"
 #include "core/bootstrap.h"
 #include "transport/connection.h"
+#include "transport/registry.h"
 
 namespace loom::core {
 
 struct LinkOptions {
   int socketsPerPeer = 2;
   size_t stripeMin = 64 * 1024;
-  bool shmEnabled = true;
+  transport::Selection selection;  // which backends may replace TCP
   double connectTimeoutS = 300;
 };
 
@@ -44,14 +44,15 @@ class PeerLink {
   void pollFds(std::vector<pollfd>* fds) const;
 
  private:
-  enum class Phase { kTcp, kOffer, kVerdict, kReady };
-  // Fixed-size messages exchanged over TCP while upgrading.
+  enum class Phase { kTcp, kOffer, kEndpoint, kVerdict, kReady };
+  // Exchanged over TCP while upgrading: the offer's fixed part, then
+  // `length` bytes of endpoint, then the verdict.
   struct Offer {
     uint32_t magic;
-    uint32_t transport;  // registry index of the proposed transport
-    uint32_t ok;         // 0: this side cannot use it
-    uint32_t length;
-    std::array<uint8_t, 128> descriptor;
+    uint32_t ok;      // 0: this side cannot use the backend
+    uint32_t length;  // endpoint bytes that follow (0 when !ok)
+    uint32_t reserved;
+    char backend[16];  // the backend's name, NUL-padded
   };
   struct Verdict {
     uint32_t magic;
@@ -62,6 +63,7 @@ class PeerLink {
   Status connectSockets(Bootstrap& bootstrap, const std::atomic<bool>* abort);
   void startUpgrade(Bootstrap& bootstrap);
   Status finishOffer();
+  Status finishEndpoint();
   Status finishVerdict();
 
   int self_, peer_;
@@ -79,9 +81,10 @@ class PeerLink {
   std::unique_ptr<transport::Connection> upgraded_;
   std::unique_ptr<transport::Connection> result_;
   Offer mine_{}, theirs_{};
+  std::vector<uint8_t> myEndpoint_, theirEndpoint_;
   Verdict myVerdict_{}, theirVerdict_{};
-  transport::Transfer sendOffer_, recvOffer_, sendVerdict_, recvVerdict_;
-  int upgradeIndex_ = -1;  // registry entry being tried
+  transport::Transfer sendOffer_, recvOffer_, sendEndpoint_, recvEndpoint_, sendVerdict_, recvVerdict_;
+  const transport::Backend* backend_ = nullptr;  // the one being tried
 };
 
 }  // namespace loom::core

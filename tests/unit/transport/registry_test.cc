@@ -1,0 +1,129 @@
+// The transport registry's choice for a pair, and endpoints: a backend's
+// half made through the registry connects to the peer's endpoint, and a
+// damaged endpoint is an error, never a crash.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <thread>
+
+#include "transport/endpoint.h"
+#include "transport/registry.h"
+
+namespace loom::transport {
+namespace {
+
+PeerView view(int rank, uint64_t host, bool hostBuffers = true) {
+  PeerView v;
+  v.rank = rank;
+  v.hostHash = host;
+  v.pid = 1000 + uint32_t(rank);
+  v.hostBuffers = hostBuffers;
+  return v;
+}
+
+TEST(Registry, SameHostHostBuffersChooseShm) {
+  std::string reasons;
+  const Backend* b = choose(view(0, 7), view(1, 7), Selection{}, &reasons);
+  ASSERT_NE(b, nullptr);
+  EXPECT_STREQ(b->name(), "shm");
+  EXPECT_EQ(find("shm"), b);
+  EXPECT_EQ(find("no-such-backend"), nullptr);
+}
+
+TEST(Registry, EveryRefusalIsExplained) {
+  std::string reasons;
+  EXPECT_EQ(choose(view(0, 7), view(1, 8), Selection{}, &reasons), nullptr);
+  EXPECT_NE(reasons.find("shm: the ranks are on different hosts"), std::string::npos) << reasons;
+
+  reasons.clear();
+  Selection noShm;
+  noShm.shmDisabled = true;
+  EXPECT_EQ(choose(view(0, 7), view(1, 7), noShm, &reasons), nullptr);
+  EXPECT_NE(reasons.find("NCCL_SHM_DISABLE"), std::string::npos) << reasons;
+
+  reasons.clear();
+  EXPECT_EQ(choose(view(0, 7), view(1, 7, false), Selection{}, &reasons), nullptr);
+  EXPECT_NE(reasons.find("host memory only"), std::string::npos) << reasons;
+}
+
+// Both halves through the registry's interface only, then one message.
+TEST(Registry, HalvesConnectThroughTheirEndpoints) {
+  const Backend* b = find("shm");
+  ASSERT_NE(b, nullptr);
+  std::vector<uint8_t> ea, eb;
+  auto a = b->listen(1, &ea);
+  auto c = b->listen(0, &eb);
+  ASSERT_TRUE(a.isOk()) << a.status().message();
+  ASSERT_TRUE(c.isOk()) << c.status().message();
+  ASSERT_TRUE(b->connect(*a.value(), eb).isOk());
+  ASSERT_TRUE(b->connect(*c.value(), ea).isOk());
+
+  uint64_t out = 0x1122334455667788, in = 0;
+  Transfer s{&out, sizeof out}, r{&in, sizeof in};
+  ASSERT_TRUE(a.value()->postSend(&s).isOk());
+  ASSERT_TRUE(c.value()->postRecv(&r).isOk());
+  for (int i = 0; i < 100000 && !(s.done && r.done); ++i) {
+    ASSERT_TRUE(a.value()->progress().isOk());
+    ASSERT_TRUE(c.value()->progress().isOk());
+  }
+  ASSERT_TRUE(s.done && r.done);
+  EXPECT_EQ(in, out);
+}
+
+TEST(Registry, DamagedEndpointsAreErrors) {
+  const Backend* b = find("shm");
+  ASSERT_NE(b, nullptr);
+  std::vector<uint8_t> mine, theirs;
+  auto half = b->listen(1, &mine);
+  auto peer = b->listen(0, &theirs);
+  ASSERT_TRUE(half.isOk() && peer.isOk());
+
+  auto attempt = [&](std::vector<uint8_t> blob) {
+    auto fresh = b->listen(1, &mine);  // a half that has not attached yet
+    EXPECT_TRUE(fresh.isOk());
+    return b->connect(*fresh.value(), blob);
+  };
+  Status empty = attempt({});
+  EXPECT_EQ(empty.code(), Code::kRemoteError);
+  EXPECT_NE(empty.message().find("truncated"), std::string::npos) << empty.message();
+
+  std::vector<uint8_t> shortBlob(theirs.begin(), theirs.end() - 1);
+  EXPECT_NE(attempt(shortBlob).message().find("truncated"), std::string::npos);
+
+  std::vector<uint8_t> longBlob = theirs;
+  longBlob.push_back(0);
+  EXPECT_NE(attempt(longBlob).message().find("trailing"), std::string::npos);
+
+  std::vector<uint8_t> newer = theirs;
+  newer[0] ^= 0x40;  // the version is the first field
+  Status version = attempt(newer);
+  EXPECT_EQ(version.code(), Code::kRemoteError);
+  EXPECT_NE(version.message().find("version"), std::string::npos) << version.message();
+}
+
+TEST(Endpoint, FieldsRoundTripLittleEndian) {
+  std::vector<uint8_t> blob;
+  EndpointWriter w(&blob, 3);
+  w.put(uint8_t(0xAB));
+  w.put(int32_t(-2));
+  w.put(uint64_t(0x0102030405060708));
+  ASSERT_EQ(blob.size(), 4u + 1 + 4 + 8);
+  EXPECT_EQ(blob[0], 3);
+  EXPECT_EQ(blob[9], 0x08);  // least significant byte first
+
+  EndpointReader r(blob, "test endpoint");
+  ASSERT_TRUE(r.expectVersion(3).isOk());
+  uint8_t a = 0;
+  int32_t b = 0;
+  uint64_t c = 0;
+  EXPECT_TRUE(r.get(&a) && r.get(&b) && r.get(&c));
+  EXPECT_EQ(a, 0xAB);
+  EXPECT_EQ(b, -2);
+  EXPECT_EQ(c, 0x0102030405060708u);
+  EXPECT_TRUE(r.finish().isOk());
+  EXPECT_FALSE(r.get(&a));
+  EXPECT_EQ(r.finish().code(), Code::kRemoteError);
+}
+
+}  // namespace
+}  // namespace loom::transport

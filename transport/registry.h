@@ -1,0 +1,69 @@
+// The transport registry: the backends that can carry a pair's data instead
+// of the network connection every pair starts with, in order of preference,
+// and the choice for one pair.
+//
+// Core sets up a pair over the network first, then asks choose() for a
+// backend; when one applies, both sides listen() (create their half and an
+// endpoint), trade endpoints over the network connection, connect() the
+// peer's endpoint, and agree on the outcome (either side failing keeps the
+// network connection). Core never names a backend: what it knows of one is
+// this interface.
+//
+// A backend:
+//  - name(): short and stable ("shm"); it appears in logs and on the wire;
+//  - whyNot(): "" when it can connect this pair, else the reason (logged);
+//    decided only from what both ranks know of each other (PeerView) and
+//    the settings, so both sides reach the same answer;
+//  - listen(): this side's half, not yet usable, and its endpoint: a
+//    self-describing blob (see transport/endpoint.h) the peer's connect()
+//    reads; it travels over the authenticated network connection;
+//  - connect(): attaches the half to the peer's endpoint. After both sides
+//    connected, the half is a Connection (transport/connection.h).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "transport/connection.h"
+
+namespace loom::transport {
+
+// What the two ranks of a pair know of each other (from the init exchange).
+struct PeerView {
+  int rank = -1;
+  uint64_t hostHash = 0;     // equal: same host (NCCL_HOSTID, else hostname + boot id)
+  uint32_t pid = 0;
+  bool hostBuffers = true;   // the communicator moves host memory (false: device memory)
+};
+
+// Settings that steer the choice, read once per communicator.
+struct Selection {
+  bool shmDisabled = false;  // NCCL_SHM_DISABLE
+  static Selection fromSettings();
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual const char* name() const = 0;
+  virtual std::string whyNot(const PeerView& self, const PeerView& peer, const Selection& selection) const = 0;
+  virtual Result<std::unique_ptr<Connection>> listen(int peer, std::vector<uint8_t>* endpoint) const = 0;
+  virtual Status connect(Connection& half, std::span<const uint8_t> peerEndpoint) const = 0;
+};
+
+// The backends, best first.
+std::span<const Backend* const> backends();
+
+// The first backend that can connect the pair, or null (the pair keeps its
+// network connection). *reasons collects why better ones could not.
+const Backend* choose(const PeerView& self, const PeerView& peer, const Selection& selection,
+                      std::string* reasons);
+
+// The backend of that name, or null.
+const Backend* find(std::string_view name);
+
+}  // namespace loom::transport
