@@ -100,6 +100,8 @@ Status closeHandle(ncclComm_t comm, bool abort) {
   if (abort) {
     c->announceAbort(lastError());  // peers learn why before they see the connections close
     c->abort();                     // a running call notices within milliseconds
+  } else {
+    c->abortDependents();  // a child still being set up holds this one
   }
   const double waitS = abort ? kAbortWaitS : std::max(c->options().timeoutS, kAbortWaitS);
   if (!c->closeAndWait(waitS)) {

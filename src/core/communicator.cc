@@ -217,8 +217,13 @@ Status Communicator::initFromId(const uint8_t id[kUniqueIdBytes], int nranks, in
 
 Status Communicator::finishInit() {
   Status s = connectPeersAtInit();
-  // The peers know this rank now and may wait for it: tell them it failed.
-  if (!s.isOk() && !aborted()) fail(s, true);
+  if (!s.isOk() && !aborted()) {
+    // A peer that closed its connection may only be passing on another's
+    // failure: prefer its notice. Then tell the peers, which know this
+    // rank now and may wait for it.
+    if (s.code() == Code::kRemoteError) s = preferPeerReport(s);
+    fail(s, true);
+  }
   return s;
 }
 
@@ -310,21 +315,22 @@ void Communicator::fail(const Status& status, bool tellPeers) {
   bootstrap_->notifyAll(status.message().substr(0, wire::kMaxNoticeBytes));
 }
 
-Status Communicator::preferPeerReport(const Status& seen) {
-  constexpr int kGraceMs = 250;
-  const Deadline grace = Deadline::afterMs(kGraceMs);
+Status Communicator::reportWithin(int ms) {
+  const Deadline grace = Deadline::afterMs(ms);
   for (;;) {
     pollNotices();
     Status known = stickyError();
-    if (!known.isOk()) {
-      if (known.message() == seen.message()) return seen;  // seen came from the notice already
-      return Status(known.code(), known.message() + " (seen here as: " + seen.message() + ")");
-    }
-    if (grace.expired()) return seen;
+    if (!known.isOk() || grace.expired()) return known;
     std::vector<pollfd> fds;
     pollFdsForNotices(&fds);
     ::poll(fds.data(), fds.size(), 10);
   }
+}
+
+Status Communicator::preferPeerReport(const Status& seen) {
+  Status known = reportWithin(kPeerReportGraceMs);
+  if (known.isOk() || known.message() == seen.message()) return seen;  // nothing, or seen came from it
+  return Status(known.code(), known.message() + " (seen here as: " + seen.message() + ")");
 }
 
 void Communicator::pollNotices() {
@@ -346,6 +352,10 @@ void Communicator::abort() {
     uint64_t one = 1;
     if (wakeFd_.valid()) (void)!::write(wakeFd_.get(), &one, sizeof one);
   }
+  abortDependents();
+}
+
+void Communicator::abortDependents() {
   std::lock_guard<std::mutex> lock(dependentsMutex_);
   for (Communicator* child : dependents_) child->abort();
 }
@@ -632,16 +642,24 @@ Status Communicator::split(CommRef parentRef, uint64_t ticket, int color, int ke
   ident.commHash = hashBytes(mix, sizeof mix);
   std::vector<wire::RankInfo> table;
   for (int r : members) table.push_back(all[size_t(r)].info);
-  // Done with the parent: it may be destroyed from here on.
-  detach.child = nullptr;
-  parent.removeDependent(child);
-  parentRef.reset();
+  // The parent stays pinned, and aborting or destroying it aborts the
+  // child, until the child is set up: a member that failed the exchange
+  // (it saw a rank die) may leave before the child connects, and only the
+  // parent's notices say why.
   child->rank_ = ident.rank;
   child->nranks_ = ident.nranks;
   child->bootstrap_->setIdentity(ident);
-  LOOM_TRY(child->bootstrap_->adoptTable(std::move(table), deadline, child->abortFlag()));
   log::ScopedRank logRank(ident.rank);
-  return child->finishInit();
+  Status s = child->bootstrap_->adoptTable(std::move(table), deadline, child->abortFlag());
+  if (s.isOk()) s = child->finishInit();
+  if (s.code() == Code::kRemoteError && !child->aborted()) {
+    Status cause = parent.reportWithin(kPeerReportGraceMs);
+    if (!cause.isOk()) {
+      s = Status(s.code(),
+                 "the parent communicator failed: " + cause.message() + " (seen here as: " + s.message() + ")");
+    }
+  }
+  return s;
 }
 
 }  // namespace loom::core

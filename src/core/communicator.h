@@ -137,12 +137,19 @@ class Communicator {
   // which would blame the messenger; so on a remote error `seen`, give a
   // notice a short, bounded time to arrive and prefer it.
   Status preferPeerReport(const Status& seen);
+  // The sticky error, after waiting up to `ms` for a peer's notice when
+  // there is none yet (ok when none came).
+  Status reportWithin(int ms);
+  static constexpr int kPeerReportGraceMs = 250;
   // The fds whose readiness means pollNotices() may find something.
   void pollFdsForNotices(std::vector<pollfd>* fds);
 
   // Any thread: stop what runs on this communicator, as soon as possible;
   // communicators being split from it are aborted too.
   void abort();
+  // ncclCommDestroy: a communicator still being split from this one needs
+  // it until it is set up, so destroying this one aborts that setup.
+  void abortDependents();
   // ncclCommAbort of a communicator that has not failed: tells the other
   // ranks before its connections close, so they fail at once with the
   // reason (`why`: typically this process's last error) instead of seeing a
