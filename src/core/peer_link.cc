@@ -172,11 +172,10 @@ void PeerLink::startUpgrade(Bootstrap& bootstrap) {
   }
   sendOffer_ = transport::Transfer{&mine_, sizeof mine_};
   recvOffer_ = transport::Transfer{&theirs_, sizeof theirs_};
+  sendEndpoint_ = transport::Transfer{myEndpoint_.data(), myEndpoint_.size()};
+  sendEndpoint_.done = mine_.length == 0;  // nothing to send
   Status s = tcp_->postSend(&sendOffer_);
-  if (s.isOk() && mine_.length > 0) {
-    sendEndpoint_ = transport::Transfer{myEndpoint_.data(), myEndpoint_.size()};
-    s = tcp_->postSend(&sendEndpoint_);
-  }
+  if (s.isOk() && !sendEndpoint_.done) s = tcp_->postSend(&sendEndpoint_);
   if (s.isOk()) s = tcp_->postRecv(&recvOffer_);
   if (s.isOk()) s = tcp_->progress();
   s.ignore();  // a failure shows again, sticky, at the next progress()
@@ -193,9 +192,8 @@ Status PeerLink::finishOffer() {
                        "(different loom versions or settings?)");
   }
   theirEndpoint_.assign(theirs_.length, 0);
-  sendEndpoint_.done = sendEndpoint_.done || mine_.length == 0;
   recvEndpoint_ = transport::Transfer{theirEndpoint_.data(), theirEndpoint_.size()};
-  recvEndpoint_.done = theirs_.length == 0;
+  recvEndpoint_.done = theirs_.length == 0;  // nothing to receive
   if (!recvEndpoint_.done) LOOM_TRY(tcp_->postRecv(&recvEndpoint_));
   phase_ = Phase::kEndpoint;
   return tcp_->progress();
