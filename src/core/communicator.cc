@@ -403,6 +403,10 @@ Status Communicator::connectStep(const std::vector<int>& peers, bool* ready) {
   return Status::ok();
 }
 
+void Communicator::pollFdsForLinks(std::vector<pollfd>* fds) const {
+  for (const auto& [peer, link] : links_) link->pollFds(fds);
+}
+
 Status Communicator::connectAll(const std::vector<int>& peers, Deadline deadline) {
   constexpr double kProbePeriodS = 0.5;
   Clock::time_point lastProbe = Clock::now();
@@ -437,7 +441,7 @@ Status Communicator::connectAll(const std::vector<int>& peers, Deadline deadline
     LOOM_TRY(stickyError());
     std::vector<pollfd> fds{{wakeFd_.get(), POLLIN, 0}};
     pollFdsForNotices(&fds);
-    for (const auto& [peer, link] : links_) link->pollFds(&fds);
+    pollFdsForLinks(&fds);
     ::poll(fds.data(), fds.size(), 200);
   }
 }

@@ -166,6 +166,9 @@ class Communicator {
   // Data connections: one step of getting `peers` connected without
   // blocking; *ready when all are. Loopback for the rank itself.
   Status connectStep(const std::vector<int>& peers, bool* ready);
+  // What wakes a wait for connectStep(): the sockets of links being set up
+  // (the listener is in pollFdsForNotices()).
+  void pollFdsForLinks(std::vector<pollfd>* fds) const;
   // Blocking version (init, tests).
   Status connectAll(const std::vector<int>& peers, Deadline deadline);
   std::span<transport::Connection* const> connections() const { return connPtrs_; }

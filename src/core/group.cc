@@ -205,6 +205,7 @@ class Engine {
       if (cr.done()) continue;
       fds.push_back({cr.comm->wakeFd(), POLLIN, 0});
       cr.comm->pollFdsForNotices(&fds);
+      cr.comm->pollFdsForLinks(&fds);
       if (cr.runner)
         for (auto* c : cr.runner->connections()) c->pollFds(&fds);
     }

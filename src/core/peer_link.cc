@@ -40,40 +40,43 @@ void PeerLink::pollFds(std::vector<pollfd>* fds) const {
 
 Status PeerLink::advance(Bootstrap& bootstrap, const std::atomic<bool>* abort, bool* ready) {
   *ready = false;
-  switch (phase_) {
-    case Phase::kTcp: {
-      if (peer_ == self_) {
-        result_ = std::make_unique<transport::loopback::LoopbackConnection>(self_);
-        phase_ = Phase::kReady;
-        break;
+  // Each phase runs the next at once when it finished: a phase whose
+  // transfers completed inside the previous one's progress() has no fd
+  // left to wake a poll.
+  for (;;) {
+    switch (phase_) {
+      case Phase::kTcp: {
+        if (peer_ == self_) {
+          result_ = std::make_unique<transport::loopback::LoopbackConnection>(self_);
+          phase_ = Phase::kReady;
+          continue;
+        }
+        bool done = false;
+        LOOM_TRY(startTcp(bootstrap, abort, &done));
+        if (!done) return Status::ok();
+        LOOM_TRY(startUpgrade(bootstrap));
+        continue;
       }
-      bool done = false;
-      LOOM_TRY(startTcp(bootstrap, abort, &done));
-      if (!done) return Status::ok();
-      startUpgrade(bootstrap);
-      if (phase_ != Phase::kReady) return Status::ok();
-      break;
+      case Phase::kOffer:
+        LOOM_TRY(tcp_->progress());
+        if (!sendOffer_.done || !recvOffer_.done) return Status::ok();
+        LOOM_TRY(finishOffer());
+        continue;
+      case Phase::kEndpoint:
+        LOOM_TRY(tcp_->progress());
+        if (!sendEndpoint_.done || !recvEndpoint_.done) return Status::ok();
+        LOOM_TRY(finishEndpoint());
+        continue;
+      case Phase::kVerdict:
+        LOOM_TRY(tcp_->progress());
+        if (!sendVerdict_.done || !recvVerdict_.done) return Status::ok();
+        LOOM_TRY(finishVerdict());
+        continue;
+      case Phase::kReady:
+        *ready = true;
+        return Status::ok();
     }
-    case Phase::kOffer:
-      LOOM_TRY(tcp_->progress());
-      if (!sendOffer_.done || !recvOffer_.done) return Status::ok();
-      LOOM_TRY(finishOffer());
-      return Status::ok();
-    case Phase::kEndpoint:
-      LOOM_TRY(tcp_->progress());
-      if (!sendEndpoint_.done || !recvEndpoint_.done) return Status::ok();
-      LOOM_TRY(finishEndpoint());
-      return Status::ok();
-    case Phase::kVerdict:
-      LOOM_TRY(tcp_->progress());
-      if (!sendVerdict_.done || !recvVerdict_.done) return Status::ok();
-      LOOM_TRY(finishVerdict());
-      break;
-    case Phase::kReady:
-      break;
   }
-  *ready = phase_ == Phase::kReady;
-  return Status::ok();
 }
 
 // The lower rank connects all sockets; the higher one collects them from
@@ -148,7 +151,7 @@ Status PeerLink::connectSockets(Bootstrap& bootstrap, const std::atomic<bool>* a
   return Status::ok();
 }
 
-void PeerLink::startUpgrade(Bootstrap& bootstrap) {
+Status PeerLink::startUpgrade(Bootstrap& bootstrap) {
   std::string reasons;
   backend_ = transport::choose(viewOf(self_, bootstrap.peer(self_)), viewOf(peer_, bootstrap.peer(peer_)),
                                options_.selection, &reasons);
@@ -156,7 +159,7 @@ void PeerLink::startUpgrade(Bootstrap& bootstrap) {
     LOOM_INFO(log::kInit, "rank %d: tcp to rank %d (%s)", self_, peer_, reasons.c_str());
     result_ = std::move(tcp_);
     phase_ = Phase::kReady;
-    return;
+    return Status::ok();
   }
   mine_ = Offer{kOfferMagic, 1, 0, 0, {}};
   std::strncpy(mine_.backend, backend_->name(), sizeof mine_.backend - 1);
@@ -177,9 +180,8 @@ void PeerLink::startUpgrade(Bootstrap& bootstrap) {
   Status s = tcp_->postSend(&sendOffer_);
   if (s.isOk() && !sendEndpoint_.done) s = tcp_->postSend(&sendEndpoint_);
   if (s.isOk()) s = tcp_->postRecv(&recvOffer_);
-  if (s.isOk()) s = tcp_->progress();
-  s.ignore();  // a failure shows again, sticky, at the next progress()
   phase_ = Phase::kOffer;
+  return s;
 }
 
 // The peer's offer is in: receive its endpoint (if any).
@@ -196,7 +198,7 @@ Status PeerLink::finishOffer() {
   recvEndpoint_.done = theirs_.length == 0;  // nothing to receive
   if (!recvEndpoint_.done) LOOM_TRY(tcp_->postRecv(&recvEndpoint_));
   phase_ = Phase::kEndpoint;
-  return tcp_->progress();
+  return Status::ok();
 }
 
 // Both endpoints are known: connect, and tell the peer whether it worked.
@@ -216,7 +218,7 @@ Status PeerLink::finishEndpoint() {
   LOOM_TRY(tcp_->postSend(&sendVerdict_));
   LOOM_TRY(tcp_->postRecv(&recvVerdict_));
   phase_ = Phase::kVerdict;
-  return tcp_->progress();
+  return Status::ok();
 }
 
 Status PeerLink::finishVerdict() {

@@ -61,7 +61,7 @@ class PeerLink {
 
   Status startTcp(Bootstrap& bootstrap, const std::atomic<bool>* abort, bool* done);
   Status connectSockets(Bootstrap& bootstrap, const std::atomic<bool>* abort);
-  void startUpgrade(Bootstrap& bootstrap);
+  Status startUpgrade(Bootstrap& bootstrap);
   Status finishOffer();
   Status finishEndpoint();
   Status finishVerdict();
