@@ -1,6 +1,7 @@
 #include "core/bootstrap.h"
 
 #include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 
 #include <cstring>
@@ -65,6 +66,8 @@ Result<std::unique_ptr<Bootstrap>> Bootstrap::open(const Identity& id, const net
                         net::chooseInterface(cfg->getString("NCCL_SOCKET_IFNAME"),
                                              cfg->getString("NCCL_SOCKET_FAMILY"), reach));
   std::unique_ptr<Bootstrap> b(new Bootstrap(id));
+  b->news_.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  if (!b->news_.valid()) return systemErrno("eventfd", errno);
   net::SocketAddress bindAddr = iface.addr;
   bindAddr.setPort(0);
   LOOM_ASSIGN_OR_RETURN(b->listener_, net::listenOn(bindAddr, &b->listenAddr_));
@@ -256,6 +259,12 @@ void Bootstrap::notifyAll(const std::string& text) const {
 }
 
 void Bootstrap::service() {
+  if (newsSignalled_) {  // whoever polls has woken; what is stashed is looked at now
+    uint64_t count;
+    (void)!::read(news_.get(), &count, sizeof count);
+    newsSignalled_ = false;
+  }
+  bool news = false;
   for (;;) {
     auto fd = gate_.accept(listener_.get());
     if (!fd.isOk() || !fd.value().valid()) break;
@@ -298,6 +307,7 @@ void Bootstrap::service() {
           if (h.kind == uint32_t(wire::HelloKind::kData)) dataSockets_[int(h.fromRank)] = int(h.count);
           stash_[Key{h.kind, int(h.fromRank), h.channel, h.index}] = std::move(p.fd);
         }
+        news = true;
         drop = true;  // done with it either way
       }
     }
@@ -308,6 +318,11 @@ void Bootstrap::service() {
     if (drop) pending_.erase(pending_.begin() + long(i));
     else ++i;
   }
+  if (news) {
+    const uint64_t one = 1;
+    (void)!::write(news_.get(), &one, sizeof one);
+    newsSignalled_ = true;
+  }
 }
 
 void Bootstrap::pollFds(std::vector<pollfd>* fds) const {
@@ -315,6 +330,7 @@ void Bootstrap::pollFds(std::vector<pollfd>* fds) const {
   // callers' poll caps (at most 200 ms) bring them back.
   if (gate_.pollable()) fds->push_back({listener_.get(), POLLIN, 0});
   for (const Pending& p : pending_) fds->push_back({p.fd.get(), POLLIN, 0});
+  fds->push_back({news_.get(), POLLIN, 0});
 }
 
 std::optional<net::UniqueFd> Bootstrap::take(wire::HelloKind kind, int from, uint32_t channel,

@@ -86,7 +86,10 @@ class Bootstrap {
   // Accepts and reads pending connections without blocking.
   void service();
   // What service() waits on: the listener and connections whose hello is
-  // still arriving.
+  // still arriving; and an event that is readable while a socket or notice
+  // that service() stashed may be waiting for its taker, so that a thread
+  // polling here wakes when another thread (a watchdog asking for errors)
+  // or its own last service() took the listener's news.
   void pollFds(std::vector<pollfd>* fds) const;
   // Sends `text` as an abort notice to every other rank at once, skipping
   // ranks that refuse (dead); bounded to about a second in all.
@@ -125,6 +128,8 @@ class Bootstrap {
   std::map<Key, net::UniqueFd> stash_;
   std::vector<Notice> notices_;
   std::map<int, int> dataSockets_;  // from rank -> announced socket count
+  net::UniqueFd news_;  // eventfd, see pollFds()
+  bool newsSignalled_ = false;
 };
 
 // Checks the rendezvous root's answer header for a communicator of
