@@ -1,6 +1,8 @@
 #include "transport/registry.h"
 
+#include <algorithm>
 #include <array>
+#include <cctype>
 
 #include "common/settings.h"
 #include "transport/shm/transport.h"
@@ -11,7 +13,47 @@ Selection Selection::fromSettings() {
   auto cfg = settings::current();
   Selection s;
   s.shmDisabled = cfg->getBool("NCCL_SHM_DISABLE");
+  s.p2pDisabled = cfg->getBool("NCCL_P2P_DISABLE");
+  s.ibDisabled = cfg->getBool("NCCL_IB_DISABLE");
+  s.net = cfg->getString("NCCL_NET");
   return s;
+}
+
+namespace {
+
+bool sameName(std::string_view a, std::string_view b) {
+  return a.size() == b.size() &&
+         std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) { return std::tolower(x) == std::tolower(y); });
+}
+
+// The network backends: NCCL's name, loom's, and why one cannot be used
+// here ("" when it can), best first.
+struct Network {
+  const char* ncclName;
+  const char* loomName;
+  std::string whyNot(const Selection& s) const {
+    if (sameName(ncclName, "IB")) {
+      if (s.ibDisabled) return "NCCL_IB_DISABLE=1";
+      return "this build of loom has no InfiniBand/RoCE verbs backend yet";
+    }
+    return "";
+  }
+};
+constexpr Network kNetworks[] = {{"IB", "ib"}, {"Socket", "tcp"}};
+
+}  // namespace
+
+Result<std::string> Selection::network() const {
+  std::string known;
+  for (const Network& n : kNetworks) {
+    known += std::string(known.empty() ? "" : ", ") + n.ncclName;
+    if (!net.empty() && !sameName(net, n.ncclName) && !sameName(net, n.loomName)) continue;
+    const std::string why = n.whyNot(*this);
+    if (why.empty()) return std::string(n.ncclName);
+    if (!net.empty()) return invalidArgument("NCCL_NET=" + net + " cannot be used: " + why);
+  }
+  if (!net.empty()) return invalidArgument("NCCL_NET=" + net + " names no network backend; known: " + known);
+  return internalError("no network backend can be used");
 }
 
 std::span<const Backend* const> backends() {

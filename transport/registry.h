@@ -43,7 +43,15 @@ struct PeerView {
 // Settings that steer the choice, read once per communicator.
 struct Selection {
   bool shmDisabled = false;  // NCCL_SHM_DISABLE
+  bool p2pDisabled = false;  // NCCL_P2P_DISABLE (GPU to GPU on one host, CUDA IPC)
+  bool ibDisabled = false;   // NCCL_IB_DISABLE
+  std::string net;           // NCCL_NET as given; empty: the best available
   static Selection fromSettings();
+
+  // The network backend every pair starts on (and keeps when no backend
+  // above applies), by NCCL's name ("Socket"), or why the one NCCL_NET
+  // names cannot be used: a named network is required, not a hint.
+  Result<std::string> network() const;
 };
 
 class Backend {

@@ -46,6 +46,7 @@ Status checkInitArgs(ncclComm_t* comm, int nranks, int rank) {
 // Creates the handle and runs (or queues, inside a group) its init.
 Status startInit(ncclComm_t* out, const CommOptions& options,
                  std::function<Status(Communicator*)> init) {
+  LOOM_TRY(options.link.selection.network().status());  // NCCL_NET names one that cannot be used
   auto handle = std::make_unique<ncclComm>();
   handle->impl = std::make_unique<Communicator>(options);
   Communicator* c = handle->impl.get();

@@ -75,6 +75,15 @@ constexpr Spec kTable[] = {
      "Pipeline chunk size in bytes for host collectives; 0 = chosen from NCCL_BUFFSIZE."},
     {"NCCL_SHM_DISABLE", T::kBool, "0", "SHM",
      "1: never use shared memory between ranks of one host; they talk over TCP instead."},
+    {"NCCL_NET", T::kString, "", "NET",
+     "The network backend between ranks: Socket (TCP; loom's name tcp is accepted too) or IB "
+     "(InfiniBand/RoCE verbs). Required, not a hint: init fails, saying why, when the named "
+     "backend cannot be used. Unset: the best available one (today always Socket)."},
+    {"NCCL_IB_DISABLE", T::kBool, "0", "NET",
+     "1: never use InfiniBand/RoCE verbs; the network backend is Socket."},
+    {"NCCL_P2P_DISABLE", T::kBool, "0", "P2P",
+     "1: never move device buffers directly between GPUs of one host (CUDA IPC); they go "
+     "through host memory."},
     {"LOOM_SHM_FIFO_BYTES", T::kInt, "2097152", "SHM",
      "Bytes of each shared-memory inbox FIFO (one per peer rank on the same host), split into 8 "
      "slots; messages bigger than a slot span several. 32768 .. 1073741824."},

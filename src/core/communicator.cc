@@ -243,7 +243,9 @@ Status Communicator::connectPeersAtInit() {
   std::vector<int> ring{(rank_ + 1) % nranks_, (rank_ + nranks_ - 1) % nranks_};
   LOOM_TRY(connectAll(ring, Deadline::afterSeconds(options_.initTimeoutS)));
   setState(State::kReady);
-  LOOM_INFO(log::kInit, "%s ready (%d ranks, %d sockets per peer)", describe().c_str(), nranks_,
+  auto net = options_.link.selection.network();
+  LOOM_INFO(log::kInit, "%s ready (%d ranks, network %s, %d sockets per peer)", describe().c_str(), nranks_,
+            net.isOk() ? net->c_str() : "?",
             options_.link.socketsPerPeer);
   return Status::ok();
 }

@@ -56,6 +56,30 @@ void allReduceAndCheck(const std::vector<ncclComm_t>& comms, size_t count = 4099
     }
 }
 
+// NCCL_NET is required, not a hint: a network backend that cannot be used
+// fails init at once, saying why; NCCL's name for the one that exists works.
+TEST(CommFeatures, NcclNetNamesARequiredNetwork) {
+  for (const char* net : {"NCCL_NET=IB", "NCCL_NET=Nonsense"}) {
+    ScopedEnv env({net});
+    ncclUniqueId id;
+    ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+    ncclComm_t comm = nullptr;
+    EXPECT_EQ(ncclCommInitRank(&comm, 1, id, 0), ncclInvalidArgument) << net;
+    EXPECT_EQ(comm, nullptr);
+    EXPECT_NE(std::strstr(ncclGetLastError(nullptr), net), nullptr) << ncclGetLastError(nullptr);
+  }
+  ScopedEnv env({"NCCL_NET=Socket", "NCCL_SHM_DISABLE=1"});
+  std::vector<ncclComm_t> comms(2);
+  std::vector<int> devs = {0, 0};
+  ASSERT_EQ(ncclCommInitAll(comms.data(), 2, devs.data()), ncclSuccess) << ncclGetLastError(nullptr);
+  onRanks(2, [&](int r) {
+    int32_t one = 1, sum = 0;
+    EXPECT_EQ(ncclAllReduce(&one, &sum, 1, ncclInt32, ncclSum, comms[size_t(r)], nullptr), ncclSuccess);
+    EXPECT_EQ(sum, 2);
+  });
+  for (ncclComm_t c : comms) EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
+}
+
 TEST(CommFeatures, NonBlockingInitReportsInProgressUntilThePeerJoins) {
   ncclUniqueId id;
   ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);

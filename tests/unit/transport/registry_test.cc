@@ -30,6 +30,36 @@ TEST(Registry, SameHostHostBuffersChooseShm) {
   EXPECT_EQ(find("no-such-backend"), nullptr);
 }
 
+// NCCL_NET names a network backend that is required, not a hint: NCCL's
+// names and loom's, in any case; one that cannot be used (or does not
+// exist) is an error saying why.
+TEST(Registry, NetworkBackendByName) {
+  auto net = [](const char* name, bool ibDisabled = false) {
+    Selection s;
+    s.net = name;
+    s.ibDisabled = ibDisabled;
+    return s.network();
+  };
+  for (const char* name : {"", "Socket", "socket", "SOCKET", "tcp"}) {
+    auto n = net(name);
+    ASSERT_TRUE(n.isOk()) << name << ": " << n.status().toString();
+    EXPECT_EQ(n.value(), "Socket") << name;
+  }
+  auto ib = net("IB");
+  ASSERT_FALSE(ib.isOk());
+  EXPECT_EQ(ib.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(ib.status().message().find("NCCL_NET=IB cannot be used: "), std::string::npos) << ib.status().message();
+  EXPECT_NE(ib.status().message().find("no InfiniBand"), std::string::npos) << ib.status().message();
+  auto ibOff = net("ib", true);
+  ASSERT_FALSE(ibOff.isOk());
+  EXPECT_NE(ibOff.status().message().find("NCCL_IB_DISABLE=1"), std::string::npos) << ibOff.status().message();
+  EXPECT_TRUE(net("", true).isOk()) << "with IB disabled the default is Socket";
+  auto bogus = net("Carrier-Pigeon");
+  ASSERT_FALSE(bogus.isOk());
+  EXPECT_NE(bogus.status().message().find("names no network backend; known: IB, Socket"), std::string::npos)
+      << bogus.status().message();
+}
+
 TEST(Registry, EveryRefusalIsExplained) {
   std::string reasons;
   EXPECT_EQ(choose(view(0, 7), view(1, 8), Selection{}, &reasons), nullptr);
