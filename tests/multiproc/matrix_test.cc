@@ -139,6 +139,9 @@ int main(int argc, char** argv) {
   // A wrong result must fail the case, not hang it: a rank left waiting
   // gives up after 60 s without progress (overridable from outside).
   setenv("LOOM_TIMEOUT_S", "60", 0);
+#ifdef LOOM_TEST_SANITIZED
+  setenv("LOOM_CHUNK_BYTES", "65536", 0);  // see kBigBytes in matrix.cc
+#endif
   ::testing::InitGoogleTest(&argc, argv);
   int rc = RUN_ALL_TESTS();
   loom::test::commCache().clear();
