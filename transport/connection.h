@@ -16,11 +16,45 @@
 #include <poll.h>
 
 #include <cstddef>
+#include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "common/status.h"
 
 namespace loom::transport {
+
+// Where a transfer's bytes live. Each connection says which it moves
+// (Connection::moves); posting a transfer of another kind is an error.
+enum class MemoryType : uint8_t {
+  kHost,        // pageable host memory
+  kHostPinned,  // page-locked host memory (cudaHostAlloc, ncclMemAlloc in cuda mode)
+  kDevice,      // GPU memory
+};
+const char* memoryTypeName(MemoryType m);
+
+// Memory registered with a connection (Connection::registerMemory): what
+// its backend needs to move bytes of it without setting anything up per
+// transfer (a verbs memory region's keys, a CUDA IPC handle). Destroying
+// it deregisters. Backends that need nothing hand out this base class.
+class Region {
+ public:
+  Region(void* base, size_t bytes, MemoryType memory) : base_(base), bytes_(bytes), memory_(memory) {}
+  virtual ~Region() = default;
+  Region(const Region&) = delete;
+  Region& operator=(const Region&) = delete;
+
+  void* base() const { return base_; }
+  size_t bytes() const { return bytes_; }
+  MemoryType memory() const { return memory_; }
+  // True when [p, p + n) lies inside the region.
+  bool holds(const void* p, size_t n) const;
+
+ private:
+  void* base_;
+  size_t bytes_;
+  MemoryType memory_;
+};
 
 // A consumer of received bytes (see Transfer::sink).
 class Sink {
@@ -36,6 +70,10 @@ inline constexpr size_t kSinkGrain = 64;
 struct Transfer {
   void* data = nullptr;  // send: source bytes (not modified); recv: destination
   size_t bytes = 0;
+  MemoryType memory = MemoryType::kHost;  // where `data` lives
+  // Optional: memory this connection registered that holds [data, data +
+  // bytes); a backend that needs registration uses it instead of its own.
+  const Region* region = nullptr;
   // Receive only, optional. A transport whose received bytes already sit in
   // memory it owns (shared memory) may hand the whole message to the sink
   // piece by piece instead of copying it into `data`, saving a pass over the
@@ -55,8 +93,18 @@ class Connection {
   virtual int peer() const = 0;           // the peer's rank in the communicator
   virtual const char* kind() const = 0;   // "tcp", "loopback", ...
 
-  virtual Status postSend(Transfer* t) = 0;
-  virtual Status postRecv(Transfer* t) = 0;
+  // Queue a message. What every backend requires is checked here, once:
+  // a transfer, a buffer for its bytes, a memory type this connection
+  // moves, a region (if any) of that type holding the buffer. Then the
+  // backend queues it (queueSend/queueRecv), after its own checks.
+  Status postSend(Transfer* t);
+  Status postRecv(Transfer* t);
+  // The memory types this connection can move.
+  virtual bool moves(MemoryType m) const = 0;
+  // Registers [base, base + bytes) for later transfers (Transfer::region).
+  // Backends that need no registration return a plain Region; a memory
+  // type the connection cannot move is an error.
+  virtual Result<std::unique_ptr<Region>> registerMemory(void* base, size_t bytes, MemoryType memory);
   // Moves as many bytes as possible right now; never blocks.
   virtual Status progress() = 0;
   // Appends the fds (with events) whose readiness means progress() can move
@@ -65,6 +113,15 @@ class Connection {
   virtual void pollFds(std::vector<pollfd>* fds) const = 0;
   // True when nothing is queued in either direction.
   virtual bool idle() const = 0;
+
+ protected:
+  // The backend's half of postSend/postRecv: the transfer passed the
+  // common checks and is reset (nothing progressed, not done, not sunk).
+  virtual Status queueSend(Transfer* t) = 0;
+  virtual Status queueRecv(Transfer* t) = 0;
+
+ private:
+  Status checkPost(Transfer* t, const char* what) const;
 };
 
 }  // namespace loom::transport

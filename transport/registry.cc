@@ -64,7 +64,11 @@ std::span<const Backend* const> backends() {
 const Backend* choose(const PeerView& self, const PeerView& peer, const Selection& selection,
                       std::string* reasons) {
   for (const Backend* b : backends()) {
-    std::string why = b->whyNot(self, peer, selection);
+    std::string why;
+    for (MemoryType m : {self.memory, peer.memory}) {
+      if (why.empty() && !b->moves(m)) why = std::string("it cannot move ") + memoryTypeName(m) + " memory";
+    }
+    if (why.empty()) why = b->whyNot(self, peer, selection);
     if (why.empty()) return b;
     if (reasons) {
       if (!reasons->empty()) *reasons += "; ";

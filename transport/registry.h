@@ -11,6 +11,8 @@
 //
 // A backend:
 //  - name(): short and stable ("shm"); it appears in logs and on the wire;
+//  - moves(): the memory types it can carry; choose() never hands a pair
+//    whose buffers are of another type to it;
 //  - whyNot(): "" when it can connect this pair, else the reason (logged);
 //    decided only from what both ranks know of each other (PeerView) and
 //    the settings, so both sides reach the same answer;
@@ -37,7 +39,7 @@ struct PeerView {
   int rank = -1;
   uint64_t hostHash = 0;     // equal: same host (NCCL_HOSTID, else hostname + boot id)
   uint32_t pid = 0;
-  bool hostBuffers = true;   // the communicator moves host memory (false: device memory)
+  MemoryType memory = MemoryType::kHost;  // what the communicator's buffers are
 };
 
 // Settings that steer the choice, read once per communicator.
@@ -58,6 +60,7 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual const char* name() const = 0;
+  virtual bool moves(MemoryType m) const = 0;
   virtual std::string whyNot(const PeerView& self, const PeerView& peer, const Selection& selection) const = 0;
   virtual Result<std::unique_ptr<Connection>> listen(int peer, std::vector<uint8_t>* endpoint) const = 0;
   virtual Status connect(Connection& half, std::span<const uint8_t> peerEndpoint) const = 0;

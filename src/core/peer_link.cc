@@ -20,7 +20,7 @@ transport::PeerView viewOf(int rank, const wire::RankInfo& info) {
   v.rank = rank;
   v.hostHash = info.hostHash;
   v.pid = info.pid;
-  v.hostBuffers = info.mode == uint32_t(Mode::kHost);
+  v.memory = info.mode == uint32_t(Mode::kHost) ? transport::MemoryType::kHost : transport::MemoryType::kDevice;
   return v;
 }
 

@@ -40,20 +40,23 @@ class SimConnection : public transport::Connection {
   SimConnection(int self, int peer, Wire* out, Wire* in) : self_(self), peer_(peer), out_(out), in_(in) {}
   int peer() const override { return peer_; }
   const char* kind() const override { return "sim"; }
-  Status postSend(Transfer* t) override {
-    out_->sends.push_back(t);
-    return Status::ok();
-  }
-  Status postRecv(Transfer* t) override {
-    in_->recvs.push_back(t);
-    return Status::ok();
-  }
+  bool moves(transport::MemoryType) const override { return true; }
   Status progress() override {
     LOOM_TRY(out_->match(self_, peer_));
     return in_->match(peer_, self_);
   }
   void pollFds(std::vector<pollfd>*) const override {}
   bool idle() const override { return out_->sends.empty() && in_->recvs.empty(); }
+
+ protected:
+  Status queueSend(Transfer* t) override {
+    out_->sends.push_back(t);
+    return Status::ok();
+  }
+  Status queueRecv(Transfer* t) override {
+    in_->recvs.push_back(t);
+    return Status::ok();
+  }
 
  private:
   int self_, peer_;

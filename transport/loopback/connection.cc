@@ -5,21 +5,11 @@
 
 namespace loom::transport::loopback {
 
-Status LoopbackConnection::post(Transfer* t, Ring<Transfer*>& queue, const char* what) {
+Status LoopbackConnection::queue(Transfer* t, Ring<Transfer*>& q) {
   if (!error_.isOk()) return error_;
-  if (t == nullptr) return invalidArgument(std::string(what) + " with a null Transfer");
-  if (t->data == nullptr && t->bytes > 0) {
-    return invalidArgument(std::string(what) + " of " + std::to_string(t->bytes) +
-                           " bytes with a null buffer");
-  }
-  t->progressed = 0;
-  t->done = false;
-  queue.push(t);
+  q.push(t);
   return Status::ok();
 }
-
-Status LoopbackConnection::postSend(Transfer* t) { return post(t, sends_, "send"); }
-Status LoopbackConnection::postRecv(Transfer* t) { return post(t, recvs_, "receive"); }
 
 Status LoopbackConnection::progress() {
   if (!error_.isOk()) return error_;

@@ -17,14 +17,17 @@ class LoopbackConnection final : public Connection {
 
   int peer() const override { return self_; }
   const char* kind() const override { return "loopback"; }
-  Status postSend(Transfer* t) override;
-  Status postRecv(Transfer* t) override;
+  bool moves(MemoryType m) const override { return m != MemoryType::kDevice; }
   Status progress() override;
   void pollFds(std::vector<pollfd>* fds) const override {}
   bool idle() const override { return sends_.empty() && recvs_.empty(); }
 
+ protected:
+  Status queueSend(Transfer* t) override { return queue(t, sends_); }
+  Status queueRecv(Transfer* t) override { return queue(t, recvs_); }
+
  private:
-  Status post(Transfer* t, Ring<Transfer*>& queue, const char* what);
+  Status queue(Transfer* t, Ring<Transfer*>& q);
 
   int self_;
   Ring<Transfer*> sends_;

@@ -161,24 +161,17 @@ Status ShmConnection::fail(Status s) {
   return error_;
 }
 
-Status ShmConnection::checkPost(const Transfer* t, const char* what) const {
+Status ShmConnection::checkState(const char* what) const {
   if (!error_.isOk()) return error_;
   if (!attached_) {
     return invalidUsage(std::string(what) + " on the shared-memory connection to rank " +
                         std::to_string(peer_) + " before attach()");
   }
-  if (t == nullptr) return invalidArgument(std::string(what) + " with a null Transfer");
-  if (t->data == nullptr && t->bytes > 0) {
-    return invalidArgument(std::string(what) + " of " + std::to_string(t->bytes) +
-                           " bytes with a null buffer");
-  }
   return Status::ok();
 }
 
-Status ShmConnection::postSend(Transfer* t) {
-  LOOM_TRY(checkPost(t, "send"));
-  t->progressed = 0;
-  t->done = false;
+Status ShmConnection::queueSend(Transfer* t) {
+  LOOM_TRY(checkState("send"));
   SendMsg m;
   m.t = t;
   m.seq = nextSendSeq_++;
@@ -186,10 +179,8 @@ Status ShmConnection::postSend(Transfer* t) {
   return Status::ok();
 }
 
-Status ShmConnection::postRecv(Transfer* t) {
-  LOOM_TRY(checkPost(t, "receive"));
-  t->progressed = 0;
-  t->done = false;
+Status ShmConnection::queueRecv(Transfer* t) {
+  LOOM_TRY(checkState("receive"));
   RecvMsg m;
   m.t = t;
   m.seq = nextRecvSeq_++;

@@ -90,8 +90,7 @@ class ShmConnection final : public Connection {
 
   int peer() const override { return peer_; }
   const char* kind() const override { return "shm"; }
-  Status postSend(Transfer* t) override;
-  Status postRecv(Transfer* t) override;
+  bool moves(MemoryType m) const override { return m != MemoryType::kDevice; }
   Status progress() override;
   void pollFds(std::vector<pollfd>* fds) const override;
   bool idle() const override { return sends_.empty() && recvs_.empty(); }
@@ -105,6 +104,10 @@ class ShmConnection final : public Connection {
   // Counters for tests and logs.
   uint64_t wakeupsSent() const { return wakeupsSent_; }
   uint64_t singleCopySends() const { return singleCopySends_; }
+
+ protected:
+  Status queueSend(Transfer* t) override;
+  Status queueRecv(Transfer* t) override;
 
  private:
   struct SendMsg {
@@ -124,7 +127,7 @@ class ShmConnection final : public Connection {
 
   ShmConnection(int peerRank, const Options& options, Inbox mine);
   Status fail(Status s);
-  Status checkPost(const Transfer* t, const char* what) const;
+  Status checkState(const char* what) const;
   Status loadHead();
   void fillSlot(SendMsg& m, SlotDesc& d);
   Status moveSends();

@@ -11,11 +11,11 @@ constexpr uint32_t kEndpointVersion = 1;
 class ShmBackend final : public Backend {
  public:
   const char* name() const override { return "shm"; }
+  bool moves(MemoryType m) const override { return m != MemoryType::kDevice; }
 
   std::string whyNot(const PeerView& self, const PeerView& peer, const Selection& selection) const override {
     if (selection.shmDisabled) return "NCCL_SHM_DISABLE=1";
     if (self.hostHash != peer.hostHash) return "the ranks are on different hosts";
-    if (!self.hostBuffers || !peer.hostBuffers) return "it moves host memory only";
     return "";
   }
 

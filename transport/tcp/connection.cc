@@ -86,20 +86,9 @@ Status TcpConnection::fail(Status s) {
   return error_;
 }
 
-Status TcpConnection::checkPost(const Transfer* t, const char* what) {
-  if (!error_.isOk()) return error_;
-  if (t == nullptr) return invalidArgument(std::string(what) + " with a null Transfer");
-  if (t->data == nullptr && t->bytes > 0) {
-    return invalidArgument(std::string(what) + " of " + std::to_string(t->bytes) +
-                           " bytes with a null buffer");
-  }
-  return Status::ok();
-}
 
-Status TcpConnection::postSend(Transfer* t) {
-  LOOM_TRY(checkPost(t, "send"));
-  t->progressed = 0;
-  t->done = false;
+Status TcpConnection::queueSend(Transfer* t) {
+  if (!error_.isOk()) return error_;
   uint64_t seq = nextSendSeq_++;
   size_t n = planMessage(seq, t->bytes, socks_.size(), stripeMin_, plan_.data());
   for (size_t i = 0; i < n; ++i) {
@@ -115,10 +104,8 @@ Status TcpConnection::postSend(Transfer* t) {
   return Status::ok();
 }
 
-Status TcpConnection::postRecv(Transfer* t) {
-  LOOM_TRY(checkPost(t, "receive"));
-  t->progressed = 0;
-  t->done = false;
+Status TcpConnection::queueRecv(Transfer* t) {
+  if (!error_.isOk()) return error_;
   uint64_t seq = nextRecvSeq_++;
   size_t n = planMessage(seq, t->bytes, socks_.size(), stripeMin_, plan_.data());
   for (size_t i = 0; i < n; ++i) {

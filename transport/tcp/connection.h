@@ -79,8 +79,7 @@ class TcpConnection final : public Connection {
 
   int peer() const override { return peer_; }
   const char* kind() const override { return "tcp"; }
-  Status postSend(Transfer* t) override;
-  Status postRecv(Transfer* t) override;
+  bool moves(MemoryType m) const override { return m != MemoryType::kDevice; }
   Status progress() override;
   // Each socket with a pending receive gets POLLIN, with a pending send
   // POLLOUT. Sockets with nothing pending are not listed. When a socket's
@@ -96,6 +95,10 @@ class TcpConnection final : public Connection {
   // Payload bytes (headers excluded) moved over each socket so far.
   std::vector<uint64_t> bytesSentPerSocket() const;
   std::vector<uint64_t> bytesReceivedPerSocket() const;
+
+ protected:
+  Status queueSend(Transfer* t) override;
+  Status queueRecv(Transfer* t) override;
 
  private:
   struct Message {
@@ -130,7 +133,6 @@ class TcpConnection final : public Connection {
   };
 
   Status fail(Status s);
-  Status checkPost(const Transfer* t, const char* what);
   Status sendOn(size_t s);
   Status recvOn(size_t s);
   // Reads more bytes into the staging area; *got false when none available.

@@ -126,9 +126,13 @@ void runCase(const Case& c, size_t sliceBytes) {
         case OpKind::kScatter: want = original[size_t(root)][size_t(r) * c.count + i]; break;
         default: break;
       }
-      if (check) ASSERT_EQ(out[i], want) << "rank " << r << " element " << i;
+      if (check) {
+        ASSERT_EQ(out[i], want) << "rank " << r << " element " << i;
+      }
     }
-    if (!c.inPlace) ASSERT_EQ(recv[size_t(r)][recvElems], -77) << "rank " << r << " wrote past its output";
+    if (!c.inPlace) {
+      ASSERT_EQ(recv[size_t(r)][recvElems], -77) << "rank " << r << " wrote past its output";
+    }
   }
 }
 

@@ -395,6 +395,46 @@ TYPED_TEST(Conformance, BackPressureHoldsTheSenderAndLosesNothing) {
   EXPECT_TRUE(doneInOrder(sends));
 }
 
+// Memory types: a backend refuses memory it cannot move (every backend
+// here moves host memory only), registration hands out a region that
+// transfers may carry, and a region that does not hold the buffer is an
+// error. Nothing refused is queued.
+TYPED_TEST(Conformance, MemoryTypesAndRegisteredRegions) {
+  Pair p = this->pair();
+  ASSERT_TRUE(p.a);
+  EXPECT_TRUE(p.A().moves(MemoryType::kHost));
+  EXPECT_TRUE(p.A().moves(MemoryType::kHostPinned));
+  EXPECT_FALSE(p.A().moves(MemoryType::kDevice));
+  std::vector<uint8_t> out(4096), in(4096);
+  fillPattern(out.data(), out.size(), 5, 0);
+
+  Transfer dev{out.data(), out.size()};
+  dev.memory = MemoryType::kDevice;
+  Status refused = p.A().postSend(&dev);
+  EXPECT_EQ(refused.code(), Code::kInvalidUsage) << refused.toString();
+  EXPECT_NE(refused.message().find("device memory"), std::string::npos) << refused.message();
+  EXPECT_FALSE(p.A().registerMemory(out.data(), out.size(), MemoryType::kDevice).isOk());
+  EXPECT_TRUE(p.A().idle());
+
+  auto sendRegion = p.A().registerMemory(out.data(), out.size(), MemoryType::kHost);
+  auto recvRegion = p.B().registerMemory(in.data(), in.size(), MemoryType::kHost);
+  ASSERT_TRUE(sendRegion.isOk()) << sendRegion.status().toString();
+  ASSERT_TRUE(recvRegion.isOk()) << recvRegion.status().toString();
+  Transfer outside{out.data() + 1, out.size()};
+  outside.region = sendRegion.value().get();
+  EXPECT_EQ(p.A().postSend(&outside).code(), Code::kInvalidArgument) << "one byte past the region";
+  EXPECT_TRUE(p.A().idle());
+
+  Transfer s{out.data(), out.size()}, r{in.data(), in.size()};
+  s.region = sendRegion.value().get();
+  r.region = recvRegion.value().get();
+  ASSERT_TRUE(p.A().postSend(&s).isOk());
+  ASSERT_TRUE(p.B().postRecv(&r).isOk());
+  Status st = drive(p, [&] { return s.done && r.done; }, Deadline::afterSeconds(10));
+  ASSERT_TRUE(st.isOk()) << st.toString();
+  EXPECT_TRUE(checkPattern(in.data(), in.size(), 5, 0));
+}
+
 // One message over 2^31 bytes, both ways where the backend connects two
 // ranks: no 32-bit size or offset anywhere. Every 1 KiB of the buffer
 // carries its own offset, so a lost, repeated or misplaced piece shows.

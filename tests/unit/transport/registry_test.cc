@@ -17,7 +17,7 @@ PeerView view(int rank, uint64_t host, bool hostBuffers = true) {
   v.rank = rank;
   v.hostHash = host;
   v.pid = 1000 + uint32_t(rank);
-  v.hostBuffers = hostBuffers;
+  v.memory = hostBuffers ? MemoryType::kHost : MemoryType::kDevice;
   return v;
 }
 
@@ -73,7 +73,7 @@ TEST(Registry, EveryRefusalIsExplained) {
 
   reasons.clear();
   EXPECT_EQ(choose(view(0, 7), view(1, 7, false), Selection{}, &reasons), nullptr);
-  EXPECT_NE(reasons.find("host memory only"), std::string::npos) << reasons;
+  EXPECT_NE(reasons.find("shm: it cannot move device memory"), std::string::npos) << reasons;
 }
 
 // Both halves through the registry's interface only, then one message.

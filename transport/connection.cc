@@ -1,0 +1,60 @@
+#include "transport/connection.h"
+
+#include <string>
+
+namespace loom::transport {
+
+const char* memoryTypeName(MemoryType m) {
+  switch (m) {
+    case MemoryType::kHost: return "host";
+    case MemoryType::kHostPinned: return "pinned host";
+    case MemoryType::kDevice: return "device";
+  }
+  return "unknown";
+}
+
+bool Region::holds(const void* p, size_t n) const {
+  const auto* b = static_cast<const std::byte*>(base_);
+  const auto* q = static_cast<const std::byte*>(p);
+  return q >= b && n <= bytes_ && size_t(q - b) <= bytes_ - n;
+}
+
+Status Connection::checkPost(Transfer* t, const char* what) const {
+  if (t == nullptr) return invalidArgument(std::string(what) + " with a null Transfer");
+  if (t->data == nullptr && t->bytes > 0) {
+    return invalidArgument(std::string(what) + " of " + std::to_string(t->bytes) + " bytes with a null buffer");
+  }
+  if (!moves(t->memory)) {
+    return invalidUsage(std::string(what) + " of " + memoryTypeName(t->memory) + " memory on the " + kind() +
+                        " connection to rank " + std::to_string(peer()) + ", which cannot move it");
+  }
+  if (t->region && (t->region->memory() != t->memory || !t->region->holds(t->data, t->bytes))) {
+    return invalidArgument(std::string(what) + " of " + std::to_string(t->bytes) +
+                           " bytes with a registered region that does not hold them");
+  }
+  t->progressed = 0;
+  t->done = false;
+  t->sunk = false;
+  return Status::ok();
+}
+
+Status Connection::postSend(Transfer* t) {
+  LOOM_TRY(checkPost(t, "send"));
+  return queueSend(t);
+}
+
+Status Connection::postRecv(Transfer* t) {
+  LOOM_TRY(checkPost(t, "receive"));
+  return queueRecv(t);
+}
+
+Result<std::unique_ptr<Region>> Connection::registerMemory(void* base, size_t bytes, MemoryType memory) {
+  if (base == nullptr || bytes == 0) return invalidArgument("registering an empty buffer");
+  if (!moves(memory)) {
+    return invalidUsage(std::string("registering ") + memoryTypeName(memory) + " memory with the " + kind() +
+                        " connection to rank " + std::to_string(peer()) + ", which cannot move it");
+  }
+  return std::make_unique<Region>(base, bytes, memory);
+}
+
+}  // namespace loom::transport
