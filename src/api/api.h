@@ -19,16 +19,8 @@
 #include "common/status.h"
 #include "core/communicator.h"
 
-// What ncclCommRegister returns as the handle (host mode: bookkeeping).
-struct LoomRegistration {
-  void* buff;
-  size_t size;
-};
-
 struct ncclComm {
   std::unique_ptr<loom::core::Communicator> impl;
-  std::mutex regMutex;
-  std::set<std::unique_ptr<LoomRegistration>> registrations;
 };
 
 #define NCCL_API(ret, func, ...)                                                       \

@@ -1,5 +1,7 @@
-// Memory allocation and buffer registration (host mode: bookkeeping and
-// validation; the CUDA path will register device memory).
+// Memory allocation and buffer registration. ncclCommRegister hands the
+// buffer to the communicator's registration cache (core/registration.h):
+// each connection that needs it registers it when a transfer first uses it.
+#include <cstdint>
 #include <cstdlib>
 #include <mutex>
 #include <set>
@@ -54,10 +56,10 @@ NCCL_API(ncclResult_t, ncclCommRegister, const ncclComm_t comm, void* buff, size
     LOOM_TRY(checkPtr(buff, "buff"));
     LOOM_TRY(checkPtr(handle, "handle"));
     if (size == 0) return loom::invalidArgument("size is 0");
-    auto reg = std::make_unique<LoomRegistration>(LoomRegistration{buff, size});
-    std::lock_guard<std::mutex> lock(comm->regMutex);
-    *handle = reg.get();
-    comm->registrations.insert(std::move(reg));
+    // Host mode: host memory. Each connection registers it when a transfer
+    // first uses it (core/registration.h).
+    const uint64_t h = pinned->registrations().add(buff, size, loom::transport::MemoryType::kHost);
+    *handle = reinterpret_cast<void*>(uintptr_t(h));
     return Status::ok();
   });
 }
@@ -66,14 +68,7 @@ NCCL_API(ncclResult_t, ncclCommDeregister, const ncclComm_t comm, void* handle) 
   return guard("ncclCommDeregister", [&]() -> Status {
     LOOM_ASSIGN_OR_RETURN(loom::core::CommRef pinned, lookup(comm));
     LOOM_TRY(checkPtr(handle, "handle"));
-    std::lock_guard<std::mutex> lock(comm->regMutex);
-    for (auto it = comm->registrations.begin(); it != comm->registrations.end(); ++it) {
-      if (it->get() == handle) {
-        comm->registrations.erase(it);
-        return Status::ok();
-      }
-    }
-    return loom::invalidArgument("handle was not returned by ncclCommRegister on this communicator");
+    return pinned->registrations().remove(uint64_t(reinterpret_cast<uintptr_t>(handle)));
   });
 }
 

@@ -38,6 +38,7 @@
 #include "core/mode.h"
 #include "core/op.h"
 #include "core/peer_link.h"
+#include "core/registration.h"
 #include "core/root.h"
 #include "transport/connection.h"
 
@@ -141,6 +142,9 @@ class Communicator {
   // there is none yet (ok when none came).
   Status reportWithin(int ms);
   static constexpr int kPeerReportGraceMs = 250;
+  // Bytes of buffers registered implicitly, for backends that cannot move
+  // unregistered memory, before the least recently used ones are released.
+  static constexpr size_t kImplicitRegistrationBytes = size_t(1) << 30;
   // The fds whose readiness means pollNotices() may find something.
   void pollFdsForNotices(std::vector<pollfd>* fds);
 
@@ -175,6 +179,8 @@ class Communicator {
 
   std::mutex& opMutex() { return opMutex_; }
   Scratch& scratch() { return scratch_; }
+  // ncclCommRegister's buffers, and every region handed to a transfer.
+  RegistrationCache& registrations() { return registrations_; }
   uint64_t nextSeq() { return ++seq_; }
 
   // User reduction ops (ncclRedOpCreatePreMulSum).
@@ -207,6 +213,8 @@ class Communicator {
   std::unique_ptr<Bootstrap> bootstrap_;
   std::vector<std::unique_ptr<transport::Connection>> conns_;
   std::vector<transport::Connection*> connPtrs_;
+  // After the connections: its regions are released before them.
+  RegistrationCache registrations_{kImplicitRegistrationBytes};
   const pid_t ownerPid_;
   std::atomic<State> state_{State::kInitializing};
   std::mutex stateMutex_;  // with stateCv_: waiting for an async init

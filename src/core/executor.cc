@@ -62,8 +62,10 @@ size_t PlanRunner::stagingBytes(const Plan& plan, const kernels::Reduction& redu
 
 Result<std::unique_ptr<PlanRunner>> PlanRunner::create(const Plan* plan, std::vector<std::byte*> buffers,
                                                        kernels::Reduction reduction, bool reducing,
-                                                       std::span<Connection* const> conns, Scratch* scratch) {
+                                                       std::span<Connection* const> conns, Scratch* scratch,
+                                                       RegistrationCache* registrations) {
   std::unique_ptr<PlanRunner> r(new PlanRunner(plan, std::move(buffers), reduction, reducing, conns));
+  r->registrations_ = registrations;
   size_t total = 0;
   for (const auto& st : r->streams_) total += st.slotBytes * kSlots;
   if (total == 0) return r;
@@ -207,7 +209,8 @@ bool PlanRunner::startStep(const Step& step, StreamState& st, Status* error) {
     if (!step.out.valid() || !writeBlocked(st.sink.dst, step.bytes)) st.recv.sink = &st.sink;
   }
   Connection* c = conns_[size_t(step.recvPeer)];
-  *error = c->postRecv(&st.recv);
+  *error = attachRegion(*c, st.recv);
+  if (error->isOk()) *error = c->postRecv(&st.recv);
   if (error->isOk()) *error = c->progress();
   if (!error->isOk()) {
     failedPeer_ = step.recvPeer;
@@ -268,10 +271,17 @@ Status PlanRunner::compute(const Step& step, StreamState& st) {
   ps.xfer.data = const_cast<std::byte*>(result);
   ps.xfer.bytes = step.bytes;
   Connection* c = conns_[size_t(step.sendPeer)];
-  Status s = c->postSend(&ps.xfer);
+  Status s = attachRegion(*c, ps.xfer);
+  if (s.isOk()) s = c->postSend(&ps.xfer);
   if (s.isOk()) s = c->progress();
   if (!s.isOk()) failedPeer_ = step.sendPeer;
   return s;
+}
+
+Status PlanRunner::attachRegion(Connection& c, transport::Transfer& t) {
+  if (!registrations_) return Status::ok();
+  LOOM_ASSIGN_OR_RETURN(t.region, registrations_->find(c, t.data, t.bytes, t.memory));
+  return Status::ok();
 }
 
 }  // namespace loom::core

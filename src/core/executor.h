@@ -18,6 +18,7 @@
 
 #include "common/status.h"
 #include "core/plan.h"
+#include "core/registration.h"
 #include "kernels/reduce.h"
 #include "transport/connection.h"
 
@@ -43,12 +44,13 @@ class PlanRunner {
   // `buffers[i]` binds BufRef::buf == i. `conns[peer]` must be non-null for
   // every peer the plan names (conns[rank] is the loopback connection).
   // `reduction` is used for steps with reduce/post set and for the pre op of
-  // `local` in reducing plans (`reducing` = the operation reduces). Fails
-  // when the staging memory cannot be allocated.
+  // `local` in reducing plans (`reducing` = the operation reduces). Every
+  // transfer carries its region from `registrations` when there is one
+  // (null: none). Fails when the staging memory cannot be allocated.
   static Result<std::unique_ptr<PlanRunner>> create(const Plan* plan, std::vector<std::byte*> buffers,
                                                     kernels::Reduction reduction, bool reducing,
                                                     std::span<transport::Connection* const> conns,
-                                                    Scratch* scratch);
+                                                    Scratch* scratch, RegistrationCache* registrations = nullptr);
   // Staging bytes a plan needs: slots only for the steps whose data does
   // not go straight between user buffers and connections (receives that
   // reduce or have no output, local transforms that are sent). Plain data
@@ -69,6 +71,8 @@ class PlanRunner {
   const std::vector<transport::Connection*>& connections() const { return used_; }
 
  private:
+  // Sets t.region from registrations_ (when there are any to consult).
+  Status attachRegion(transport::Connection& c, transport::Transfer& t);
   PlanRunner(const Plan* plan, std::vector<std::byte*> buffers, kernels::Reduction reduction, bool reducing,
              std::span<transport::Connection* const> conns);
   static constexpr int kSlots = 4;  // staging slots per stream
@@ -118,6 +122,7 @@ class PlanRunner {
   kernels::Reduction reduction_;
   bool reducing_;
   std::span<transport::Connection* const> conns_;
+  RegistrationCache* registrations_ = nullptr;
   std::vector<transport::Connection*> used_;
   std::vector<StreamState> streams_;
   int failedPeer_ = -1;
