@@ -13,10 +13,10 @@ const char* memoryTypeName(MemoryType m) {
   return "unknown";
 }
 
-bool Region::holds(const void* p, size_t n) const {
-  const auto* b = static_cast<const std::byte*>(base_);
+bool Region::spans(const void* base, size_t bytes, const void* p, size_t n) {
+  const auto* b = static_cast<const std::byte*>(base);
   const auto* q = static_cast<const std::byte*>(p);
-  return q >= b && n <= bytes_ && size_t(q - b) <= bytes_ - n;
+  return q >= b && n <= bytes && size_t(q - b) <= bytes - n;
 }
 
 Status Connection::checkPost(Transfer* t, const char* what) const {

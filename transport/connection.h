@@ -48,7 +48,8 @@ class Region {
   size_t bytes() const { return bytes_; }
   MemoryType memory() const { return memory_; }
   // True when [p, p + n) lies inside the region.
-  bool holds(const void* p, size_t n) const;
+  bool holds(const void* p, size_t n) const { return spans(base_, bytes_, p, n); }
+  static bool spans(const void* base, size_t bytes, const void* p, size_t n);
 
  private:
   void* base_;
@@ -60,7 +61,8 @@ class Region {
 class Sink {
  public:
   virtual ~Sink() = default;
-  // Bytes [offset, offset + n) of the message, valid only during the call.
+  // Bytes [offset, offset + n) of the message, valid only during the call
+  // unless the transfer holds (Transfer::hold): then until it is released.
   // Pieces arrive in order; every piece but the last starts and ends on a
   // multiple of kSinkGrain bytes.
   virtual void consume(size_t offset, const void* bytes, size_t n) = 0;
@@ -80,6 +82,11 @@ struct Transfer {
   // data (a reduction reads straight from the FIFO). It then sets `sunk` and
   // leaves `data` untouched; otherwise everything lands in `data`.
   Sink* sink = nullptr;
+  // Receive with a sink only: the consumer finishes later (a GPU kernel
+  // reading the pieces it was handed). The transport keeps the memory of
+  // the pieces it handed to the sink until Connection::release(this), even
+  // after the transfer is done; the peer's later messages wait for room.
+  bool hold = false;
   // Set by the transport.
   size_t progressed = 0;  // bytes moved so far
   bool done = false;
@@ -105,6 +112,9 @@ class Connection {
   // Backends that need no registration return a plain Region; a memory
   // type the connection cannot move is an error.
   virtual Result<std::unique_ptr<Region>> registerMemory(void* base, size_t bytes, MemoryType memory);
+  // True when the backend cannot move memory it has not registered: core
+  // then registers every buffer before it posts it (core/registration.h).
+  virtual bool needsRegistration() const { return false; }
   // Moves as many bytes as possible right now; never blocks.
   virtual Status progress() = 0;
   // Appends the fds (with events) whose readiness means progress() can move
@@ -113,6 +123,11 @@ class Connection {
   virtual void pollFds(std::vector<pollfd>* fds) const = 0;
   // True when nothing is queued in either direction.
   virtual bool idle() const = 0;
+  // The consumer of a done, held receive (Transfer::hold) is finished with
+  // the pieces it was handed: the transport may reuse their memory. Any
+  // order; a transfer never held (or already released, or on a backend
+  // that never hands out its memory) is a no-op.
+  virtual Status release(Transfer* t) { return Status::ok(); }
 
  protected:
   // The backend's half of postSend/postRecv: the transfer passed the

@@ -408,6 +408,13 @@ Status ShmConnection::moveRecvs() {
         // Slot pieces start at multiples of the slot size (whole pages).
         if (d.pieceBytes > 0) m.t->sink->consume(m.received, src, d.pieceBytes);
         m.t->sunk = true;
+        if (m.t->hold) {  // the slot stays ours until release()
+          if (held_.empty() || held_.back().t != m.t || held_.back().done) {
+            held_.push_back(Held{m.t, head_, head_ + 1, false});
+          } else {
+            held_.back().end = head_ + 1;  // a message's slots are consecutive
+          }
+        }
       } else if (d.pieceBytes > 0) {
         std::memcpy(static_cast<uint8_t*>(m.t->data) + m.received, src, d.pieceBytes);
       }
@@ -420,13 +427,40 @@ Status ShmConnection::moveRecvs() {
       if (!finished) break;
     }
     ++head_;
-    h->head.store(head_, std::memory_order_release);
-    touched_ = true;
     if (m.received == m.t->bytes) {
+      if (!held_.empty() && held_.back().t == m.t) held_.back().done = true;
       m.t->done = true;
       recvs_.pop();
     }
+    publishHead();
   }
+  return Status::ok();
+}
+
+// Stores the head for the writer: past every consumed slot, but not past
+// the first slot a held receive still keeps.
+void ShmConnection::publishHead() {
+  while (!held_.empty() && held_.front().done && held_.front().first == held_.front().end) held_.pop_front();
+  uint64_t head = head_;
+  for (const Held& e : held_) {
+    if (e.first < e.end) {
+      head = e.first;
+      break;
+    }
+  }
+  if (head == published_) return;
+  published_ = head;
+  mine_.header()->head.store(head, std::memory_order_release);
+  touched_ = true;
+}
+
+Status ShmConnection::release(Transfer* t) {
+  if (!error_.isOk()) return error_;
+  for (Held& e : held_) {
+    if (e.t == t) e.first = e.end;
+  }
+  publishHead();
+  wakePeer();  // a writer may be waiting for these slots
   return Status::ok();
 }
 

@@ -49,6 +49,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
@@ -94,6 +95,10 @@ class ShmConnection final : public Connection {
   Status progress() override;
   void pollFds(std::vector<pollfd>* fds) const override;
   bool idle() const override { return sends_.empty() && recvs_.empty(); }
+  // Frees the FIFO slots of the pieces handed so far to a held receive's
+  // sink (Transfer::hold); `head` then moves past them once every earlier
+  // held piece is free too.
+  Status release(Transfer* t) override;
 
   // True when this process may read the peer's memory (decided by attach()).
   bool canPull() const { return canPull_; }
@@ -135,6 +140,7 @@ class ShmConnection final : public Connection {
   Status checkSlot(const RecvMsg& m, const SlotDesc& d) const;
   Status pull(RecvMsg& m, const SlotDesc& d, size_t* budget, bool* finished);
   bool probePull() const;
+  void publishHead();
   bool peerGone(bool force);
   bool actionable() const;
   void wakePeer();
@@ -159,6 +165,15 @@ class ShmConnection final : public Connection {
   uint64_t tail_ = 0;      // steps published into theirs_
   uint64_t headSeen_ = 0;  // last theirs_ head read (refreshed only when needed)
   uint64_t head_ = 0;      // steps consumed from mine_
+  // Slots of held receives not yet released, in FIFO order. The head the
+  // peer sees stops at the first of them.
+  struct Held {
+    Transfer* t;
+    uint64_t first, end;  // steps [first, end) still held
+    bool done;            // the receive is complete: no more pieces join
+  };
+  std::deque<Held> held_;
+  uint64_t published_ = 0;  // head as stored for the peer
   uint64_t tailSeen_ = 0;  // last mine_ tail read
   bool touched_ = false;   // a counter the peer may wait on moved
   mutable bool armed_ = false;  // pollFds set `sleeping`; progress clears it

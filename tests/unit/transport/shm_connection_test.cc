@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <thread>
 
 #include "common/settings.h"
@@ -157,6 +158,97 @@ TEST(Shm, SinkGetsFifoMessagesPieceByPiece) {
     }
     EXPECT_EQ(next, bytes);
   }
+}
+
+// A sink that keeps where each piece lives, as a GPU kernel reading the FIFO
+// later would.
+struct LaterSink final : Sink {
+  struct Piece {
+    size_t offset;
+    const uint8_t* at;
+    size_t n;
+  };
+  std::vector<Piece> pieces;
+  void consume(size_t offset, const void* bytes, size_t n) override {
+    pieces.push_back(Piece{offset, static_cast<const uint8_t*>(bytes), n});
+  }
+  // True when every piece handed out still holds the message's bytes.
+  bool intact(const std::vector<uint8_t>& message) const {
+    for (const Piece& p : pieces)
+      if (std::memcmp(p.at, message.data() + p.offset, p.n) != 0) return false;
+    return true;
+  }
+};
+
+// A held receive keeps its FIFO slots after it is done: the peer's next
+// messages wait for room instead of overwriting pieces a late consumer
+// still reads; release() frees them.
+TEST(Shm, HeldSlotsStayValidUntilReleased) {
+  Pair p = pairOrDie(smallFifo(0), smallFifo(0));
+  ASSERT_TRUE(p.a && p.b);
+  const size_t slot = p.a->slotBytes();
+  std::vector<uint8_t> first(3 * slot), second(kSlots * slot), in(second.size());
+  transport::testing::fillPattern(first.data(), first.size(), 1, 0);
+  transport::testing::fillPattern(second.data(), second.size(), 2, 0);
+  LaterSink sink;
+  Transfer s1{first.data(), first.size()}, r1{nullptr, first.size()};
+  std::vector<uint8_t> unused(first.size());
+  r1.data = unused.data();
+  r1.sink = &sink;
+  r1.hold = true;
+  ASSERT_TRUE(p.a->postSend(&s1).isOk());
+  ASSERT_TRUE(p.b->postRecv(&r1).isOk());
+  auto spin = [&](const std::function<bool()>& until, double seconds) {
+    const Deadline d = Deadline::afterSeconds(seconds);
+    while (!until() && !d.expired()) {
+      EXPECT_TRUE(p.a->progress().isOk());
+      EXPECT_TRUE(p.b->progress().isOk());
+    }
+    return until();
+  };
+  ASSERT_TRUE(spin([&] { return s1.done && r1.done; }, 10));
+  ASSERT_EQ(sink.pieces.size(), 3u);
+  // A whole FIFO's worth next: five slots are free, three are held.
+  Transfer s2{second.data(), second.size()}, r2{in.data(), in.size()};
+  ASSERT_TRUE(p.a->postSend(&s2).isOk());
+  ASSERT_TRUE(p.b->postRecv(&r2).isOk());
+  EXPECT_FALSE(spin([&] { return r2.done; }, 0.3)) << "the peer wrote over held slots";
+  EXPECT_TRUE(sink.intact(first));
+  EXPECT_EQ(r2.progressed, (kSlots - 3) * slot);
+  ASSERT_TRUE(p.b->release(&r1).isOk());
+  ASSERT_TRUE(spin([&] { return s2.done && r2.done; }, 10));
+  EXPECT_EQ(in, second);
+  EXPECT_TRUE(p.b->release(&r1).isOk()) << "a second release is a no-op";
+}
+
+// A held receive bigger than the FIFO completes when its consumer releases
+// pieces as it goes.
+TEST(Shm, HeldReceiveLargerThanTheFifoCompletesWithReleasesAlongTheWay) {
+  Pair p = pairOrDie(smallFifo(0), smallFifo(0));
+  ASSERT_TRUE(p.a && p.b);
+  const size_t bytes = 3 * kSmallFifo + 123;
+  std::vector<uint8_t> out(bytes), got(bytes), unused(bytes);
+  transport::testing::fillPattern(out.data(), bytes, 3, 0);
+  LaterSink sink;
+  Transfer s{out.data(), bytes}, r{unused.data(), bytes};
+  r.sink = &sink;
+  r.hold = true;
+  ASSERT_TRUE(p.a->postSend(&s).isOk());
+  ASSERT_TRUE(p.b->postRecv(&r).isOk());
+  size_t copied = 0;
+  const Deadline d = Deadline::afterSeconds(30);
+  while (!(s.done && r.done) && !d.expired()) {
+    ASSERT_TRUE(p.a->progress().isOk());
+    ASSERT_TRUE(p.b->progress().isOk());
+    // The late consumer: finishes what it was handed, then releases it.
+    for (; copied < sink.pieces.size(); ++copied) {
+      const auto& piece = sink.pieces[copied];
+      std::memcpy(got.data() + piece.offset, piece.at, piece.n);
+    }
+    ASSERT_TRUE(p.b->release(&r).isOk());
+  }
+  ASSERT_TRUE(s.done && r.done);
+  EXPECT_EQ(got, out);
 }
 
 TEST(Shm, SizeMismatchIsStickyErrorAndWritesNothing) {
