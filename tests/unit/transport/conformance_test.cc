@@ -258,6 +258,14 @@ uint64_t memAvailableBytes() {
 
 // ---- the suite for every backend -------------------------------------------------
 
+// Test names carry the backend's name: Conformance/tcp.ZeroByte...
+struct KitNames {
+  template <typename Kit>
+  static std::string GetName(int) {
+    return Kit::kName;
+  }
+};
+
 template <typename Kit>
 class Conformance : public ::testing::Test {
  protected:
@@ -269,7 +277,7 @@ class Conformance : public ::testing::Test {
 };
 
 using kAllKits = ::testing::Types<LoopbackKit, TcpKit, ShmKit>;
-TYPED_TEST_SUITE(Conformance, kAllKits);
+TYPED_TEST_SUITE(Conformance, kAllKits, KitNames);
 
 TYPED_TEST(Conformance, KindNamesTheBackend) {
   Pair p = this->pair();
@@ -484,7 +492,7 @@ template <typename Kit>
 class PeerConformance : public Conformance<Kit> {};
 
 using kPeerKits = ::testing::Types<TcpKit, ShmKit>;
-TYPED_TEST_SUITE(PeerConformance, kPeerKits);
+TYPED_TEST_SUITE(PeerConformance, kPeerKits, KitNames);
 
 // Drives `c` alone until progress() fails; the failure, or an error saying
 // it never came.
