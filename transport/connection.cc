@@ -13,6 +13,15 @@ const char* memoryTypeName(MemoryType m) {
   return "unknown";
 }
 
+namespace {
+
+Status cannotMove(const Connection& c, const std::string& what, MemoryType m) {
+  return invalidUsage(what + " " + memoryTypeName(m) + " memory on the " + c.kind() + " connection to rank " +
+                      std::to_string(c.peer()) + ", which cannot move it");
+}
+
+}  // namespace
+
 bool Region::spans(const void* base, size_t bytes, const void* p, size_t n) {
   const auto* b = static_cast<const std::byte*>(base);
   const auto* q = static_cast<const std::byte*>(p);
@@ -24,10 +33,7 @@ Status Connection::checkPost(Transfer* t, const char* what) const {
   if (t->data == nullptr && t->bytes > 0) {
     return invalidArgument(std::string(what) + " of " + std::to_string(t->bytes) + " bytes with a null buffer");
   }
-  if (!moves(t->memory)) {
-    return invalidUsage(std::string(what) + " of " + memoryTypeName(t->memory) + " memory on the " + kind() +
-                        " connection to rank " + std::to_string(peer()) + ", which cannot move it");
-  }
+  if (!moves(t->memory)) return cannotMove(*this, std::string(what) + " of", t->memory);
   if (t->region && (t->region->memory() != t->memory || !t->region->holds(t->data, t->bytes))) {
     return invalidArgument(std::string(what) + " of " + std::to_string(t->bytes) +
                            " bytes with a registered region that does not hold them");
@@ -50,10 +56,7 @@ Status Connection::postRecv(Transfer* t) {
 
 Result<std::unique_ptr<Region>> Connection::registerMemory(void* base, size_t bytes, MemoryType memory) {
   if (base == nullptr || bytes == 0) return invalidArgument("registering an empty buffer");
-  if (!moves(memory)) {
-    return invalidUsage(std::string("registering ") + memoryTypeName(memory) + " memory with the " + kind() +
-                        " connection to rank " + std::to_string(peer()) + ", which cannot move it");
-  }
+  if (!moves(memory)) return cannotMove(*this, "registering", memory);
   return std::make_unique<Region>(base, bytes, memory);
 }
 

@@ -157,19 +157,13 @@ struct ShmKit {
   // Random slot descriptors and counters in a's inbox, which b writes.
   static void garbage(Pair& p, std::mt19937& rng) {
     auto& mine = static_cast<shm::ShmConnection&>(p.A());
-    const shm::ShmDescriptor& d = mine.local();
-    const std::string path = "/proc/self/fd/" + std::to_string(d.memfd);
-    int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
-    ASSERT_GE(fd, 0);
-    void* m = ::mmap(nullptr, d.inboxBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    ::close(fd);
-    ASSERT_NE(m, MAP_FAILED);
-    auto* h = static_cast<shm::InboxHeader*>(m);
+    shm::InboxHeader* h = shm::testing::mapInbox(mine);
+    ASSERT_NE(h, nullptr);
     auto* desc = reinterpret_cast<uint8_t*>(h->desc);
     for (size_t i = 0; i < sizeof h->desc; ++i) desc[i] = uint8_t(rng());
     h->desc[0].seq = 1 + rng();  // never the first message's sequence number
     h->tail.store(h->head.load() + 1 + rng() % (2 * shm::kSlots));
-    ::munmap(m, d.inboxBytes);
+    ::munmap(h, mine.local().inboxBytes);
   }
 };
 

@@ -277,17 +277,7 @@ TEST(Shm, SizeMismatchIsStickyErrorAndWritesNothing) {
   }
 }
 
-// Maps the inbox a connection owns, as its peer (or anyone) can: every
-// byte of its header is writable from outside.
-InboxHeader* mapInbox(const ShmConnection& c) {
-  const ShmDescriptor& d = c.local();
-  const std::string path = "/proc/self/fd/" + std::to_string(d.memfd);
-  int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
-  if (fd < 0) return nullptr;
-  void* p = ::mmap(nullptr, d.inboxBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  ::close(fd);
-  return p == MAP_FAILED ? nullptr : static_cast<InboxHeader*>(p);
-}
+using testing::mapInbox;
 
 // A buggy or hostile peer scribbles over the shared header of an inbox.
 // The layout fields are ignored after setup (both the reader and the

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -276,6 +277,16 @@ bool usesDevShm() {
   }
   ::closedir(d);
   return found;
+}
+
+InboxHeader* mapInbox(const ShmConnection& c) {
+  const ShmDescriptor& d = c.local();
+  const std::string path = "/proc/self/fd/" + std::to_string(d.memfd);
+  int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) return nullptr;
+  void* p = ::mmap(nullptr, d.inboxBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  return p == MAP_FAILED ? nullptr : static_cast<InboxHeader*>(p);
 }
 
 }  // namespace loom::transport::shm::testing

@@ -83,4 +83,9 @@ std::set<std::string> devShmEntries();
 // True when a mapping or an open fd of this process lives in /dev/shm.
 bool usesDevShm();
 
+// Maps the inbox a connection owns, as its peer (or anyone) can: every
+// byte of its header is writable from outside. Null on failure; unmap
+// with munmap(p, c.local().inboxBytes).
+InboxHeader* mapInbox(const ShmConnection& c);
+
 }  // namespace loom::transport::shm::testing
