@@ -5,7 +5,9 @@
 #include <cctype>
 
 #include "common/settings.h"
+#include "transport/loopback/transport.h"
 #include "transport/shm/transport.h"
+#include "transport/tcp/transport.h"
 
 namespace loom::transport {
 
@@ -83,5 +85,11 @@ const Backend* find(std::string_view name) {
     if (name == b->name()) return b;
   return nullptr;
 }
+
+std::unique_ptr<Connection> openNetwork(int peer, std::vector<net::UniqueFd> sockets, size_t stripeMin) {
+  return tcp::open(peer, std::move(sockets), stripeMin);
+}
+
+std::unique_ptr<Connection> openSelf(int rank) { return loopback::open(rank); }
 
 }  // namespace loom::transport

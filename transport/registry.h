@@ -1,13 +1,7 @@
 // The transport registry: the backends that can carry a pair's data instead
 // of the network connection every pair starts with, in order of preference,
-// and the choice for one pair.
-//
-// Core sets up a pair over the network first, then asks choose() for a
-// backend; when one applies, both sides listen() (create their half and an
-// endpoint), trade endpoints over the network connection, connect() the
-// peer's endpoint, and agree on the outcome (either side failing keeps the
-// network connection). Core never names a backend: what it knows of one is
-// this interface.
+// the choice for one pair, and the network and self connections. How core
+// uses it: transport/transport.h.
 //
 // A backend:
 //  - name(): short and stable ("shm"); it appears in logs and on the wire;
@@ -31,6 +25,7 @@
 
 #include "common/status.h"
 #include "transport/connection.h"
+#include "transport/net/socket.h"
 
 namespace loom::transport {
 
@@ -76,5 +71,13 @@ const Backend* choose(const PeerView& self, const PeerView& peer, const Selectio
 
 // The backend of that name, or null.
 const Backend* find(std::string_view name);
+
+// The network connection every pair starts on, over `sockets` that core
+// connected through the bootstrap (authenticated hellos); messages of at
+// least stripeMin bytes are striped across them.
+std::unique_ptr<Connection> openNetwork(int peer, std::vector<net::UniqueFd> sockets, size_t stripeMin);
+
+// A rank's connection to itself.
+std::unique_ptr<Connection> openSelf(int rank);
 
 }  // namespace loom::transport

@@ -59,12 +59,15 @@ Status systemError(std::string m) { return Status(Code::kSystemError, std::move(
 Status internalError(std::string m) { return Status(Code::kInternalError, std::move(m)); }
 Status remoteError(std::string m) { return Status(Code::kRemoteError, std::move(m)); }
 
-Status systemErrno(std::string_view what, int err) {
+std::string errnoText(int err) {
   char buf[128];
   // GNU strerror_r returns the string (which may not be buf).
   const char* text = strerror_r(err, buf, sizeof buf);
-  return Status(Code::kSystemError,
-                std::string(what) + ": " + text + " (errno " + std::to_string(err) + ")");
+  return std::string(text) + " (errno " + std::to_string(err) + ")";
+}
+
+Status systemErrno(std::string_view what, int err) {
+  return Status(Code::kSystemError, std::string(what) + ": " + errnoText(err));
 }
 
 }  // namespace loom

@@ -67,6 +67,7 @@ Status invalidArgument(std::string message);
 Status invalidUsage(std::string message);
 Status systemError(std::string message);  // caller adds strerror where useful
 Status systemErrno(std::string_view what, int err);  // "<what>: <strerror> (errno N)"
+std::string errnoText(int err);                       // "<strerror> (errno N)", thread-safe
 Status internalError(std::string message);
 Status remoteError(std::string message);
 

@@ -32,7 +32,7 @@ Status exchange(int sfd, const void* sbuf, size_t sbytes, int rfd, void* rbuf, s
                          MSG_DONTWAIT | MSG_NOSIGNAL);
       if (n > 0) sent += size_t(n);
       else if (n < 0 && errno != EAGAIN && errno != EINTR)
-        return remoteError("bootstrap ring: sending to " + nextName + " failed (" + std::string(strerror(errno)) +
+        return remoteError("bootstrap ring: sending to " + nextName + " failed (" + errnoText(errno) +
                            "): that rank exited or failed");
     }
     if (got < rbytes) {
@@ -41,7 +41,7 @@ Status exchange(int sfd, const void* sbuf, size_t sbytes, int rfd, void* rbuf, s
       else if (n == 0) return remoteError(prevName + " closed its bootstrap connection");
       else if (errno != EAGAIN && errno != EINTR)
         return remoteError("bootstrap ring: receiving from " + prevName + " failed: " +
-                           std::string(strerror(errno)));
+                           errnoText(errno));
     }
     if (deadline.expired()) return remoteError("bootstrap ring: timed out waiting for " + prevName);
   }

@@ -23,7 +23,7 @@
 #include "common/status.h"
 #include "common/time.h"
 #include "core/wire.h"
-#include "transport/tcp/socket.h"
+#include "transport/net/socket.h"
 
 namespace loom::core {
 

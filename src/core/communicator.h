@@ -40,7 +40,7 @@
 #include "core/peer_link.h"
 #include "core/registration.h"
 #include "core/root.h"
-#include "transport/connection.h"
+#include "transport/transport.h"
 
 namespace loom::core {
 

@@ -20,7 +20,7 @@
 #include "core/plan.h"
 #include "core/registration.h"
 #include "kernels/reduce.h"
-#include "transport/connection.h"
+#include "transport/transport.h"
 
 namespace loom::core {
 

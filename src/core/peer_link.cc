@@ -4,8 +4,6 @@
 
 #include "common/log.h"
 #include "core/mode.h"
-#include "transport/loopback/connection.h"
-#include "transport/tcp/connection.h"
 
 namespace loom::core {
 namespace {
@@ -33,8 +31,8 @@ std::unique_ptr<Connection> PeerLink::take() { return std::move(result_); }
 
 void PeerLink::pollFds(std::vector<pollfd>* fds) const {
   if (connecting_) fds->push_back({connecting_.get(), POLLOUT, 0});
-  if ((phase_ == Phase::kOffer || phase_ == Phase::kEndpoint || phase_ == Phase::kVerdict) && tcp_) {
-    tcp_->pollFds(fds);
+  if ((phase_ == Phase::kOffer || phase_ == Phase::kEndpoint || phase_ == Phase::kVerdict) && network_) {
+    network_->pollFds(fds);
   }
 }
 
@@ -45,30 +43,30 @@ Status PeerLink::advance(Bootstrap& bootstrap, const std::atomic<bool>* abort, b
   // left to wake a poll.
   for (;;) {
     switch (phase_) {
-      case Phase::kTcp: {
+      case Phase::kNetwork: {
         if (peer_ == self_) {
-          result_ = std::make_unique<transport::loopback::LoopbackConnection>(self_);
+          result_ = transport::openSelf(self_);
           phase_ = Phase::kReady;
           continue;
         }
         bool done = false;
-        LOOM_TRY(startTcp(bootstrap, abort, &done));
+        LOOM_TRY(startNetwork(bootstrap, abort, &done));
         if (!done) return Status::ok();
         LOOM_TRY(startUpgrade(bootstrap));
         continue;
       }
       case Phase::kOffer:
-        LOOM_TRY(tcp_->progress());
+        LOOM_TRY(network_->progress());
         if (!sendOffer_.done || !recvOffer_.done) return Status::ok();
         LOOM_TRY(finishOffer());
         continue;
       case Phase::kEndpoint:
-        LOOM_TRY(tcp_->progress());
+        LOOM_TRY(network_->progress());
         if (!sendEndpoint_.done || !recvEndpoint_.done) return Status::ok();
         LOOM_TRY(finishEndpoint());
         continue;
       case Phase::kVerdict:
-        LOOM_TRY(tcp_->progress());
+        LOOM_TRY(network_->progress());
         if (!sendVerdict_.done || !recvVerdict_.done) return Status::ok();
         LOOM_TRY(finishVerdict());
         continue;
@@ -81,7 +79,7 @@ Status PeerLink::advance(Bootstrap& bootstrap, const std::atomic<bool>* abort, b
 
 // The lower rank connects all sockets; the higher one collects them from
 // its listener as they arrive.
-Status PeerLink::startTcp(Bootstrap& bootstrap, const std::atomic<bool>* abort, bool* done) {
+Status PeerLink::startNetwork(Bootstrap& bootstrap, const std::atomic<bool>* abort, bool* done) {
   const int nsock = options_.socketsPerPeer;
   if (self_ < peer_) {
     LOOM_TRY(connectSockets(bootstrap, abort));
@@ -94,7 +92,7 @@ Status PeerLink::startTcp(Bootstrap& bootstrap, const std::atomic<bool>* abort, 
     const int expected = bootstrap.socketCount(peer_);
     if (expected == 0 || int(sockets_.size()) < expected) return Status::ok();
   }
-  tcp_ = std::make_unique<transport::tcp::TcpConnection>(peer_, std::move(sockets_), options_.stripeMin);
+  network_ = transport::openNetwork(peer_, std::move(sockets_), options_.stripeMin);
   *done = true;
   return Status::ok();
 }
@@ -131,7 +129,7 @@ Status PeerLink::connectSockets(Bootstrap& bootstrap, const std::atomic<bool>* a
       lastError_ = state;
       if (refusedSince_ == Clock::time_point{}) refusedSince_ = now;
       if (secondsSince(refusedSince_) > kRefusedLimitS) {
-        return remoteError(bootstrap.describe(peer_) + " refuses connections (" + std::strerror(state) +
+        return remoteError(bootstrap.describe(peer_) + " refuses connections (" + errnoText(state) +
                            " for " + std::to_string(int(kRefusedLimitS)) +
                            " s): its process exited or it destroyed the communicator");
       }
@@ -156,8 +154,8 @@ Status PeerLink::startUpgrade(Bootstrap& bootstrap) {
   backend_ = transport::choose(viewOf(self_, bootstrap.peer(self_)), viewOf(peer_, bootstrap.peer(peer_)),
                                options_.selection, &reasons);
   if (!backend_) {
-    LOOM_INFO(log::kInit, "rank %d: tcp to rank %d (%s)", self_, peer_, reasons.c_str());
-    result_ = std::move(tcp_);
+    LOOM_INFO(log::kInit, "rank %d: %s to rank %d (%s)", self_, network_->kind(), peer_, reasons.c_str());
+    result_ = std::move(network_);
     phase_ = Phase::kReady;
     return Status::ok();
   }
@@ -170,16 +168,17 @@ Status PeerLink::startUpgrade(Bootstrap& bootstrap) {
   } else {
     mine_.ok = 0;
     myEndpoint_.clear();
-    LOOM_WARN("rank %d: %s transport to rank %d unavailable, using tcp: %s", self_, backend_->name(), peer_,
+    LOOM_WARN("rank %d: %s transport to rank %d unavailable, using %s: %s", self_, backend_->name(), peer_,
+              network_->kind(),
               conn.isOk() ? "its endpoint is too large" : conn.status().message().c_str());
   }
   sendOffer_ = transport::Transfer{&mine_, sizeof mine_};
   recvOffer_ = transport::Transfer{&theirs_, sizeof theirs_};
   sendEndpoint_ = transport::Transfer{myEndpoint_.data(), myEndpoint_.size()};
   sendEndpoint_.done = mine_.length == 0;  // nothing to send
-  Status s = tcp_->postSend(&sendOffer_);
-  if (s.isOk() && !sendEndpoint_.done) s = tcp_->postSend(&sendEndpoint_);
-  if (s.isOk()) s = tcp_->postRecv(&recvOffer_);
+  Status s = network_->postSend(&sendOffer_);
+  if (s.isOk() && !sendEndpoint_.done) s = network_->postSend(&sendEndpoint_);
+  if (s.isOk()) s = network_->postRecv(&recvOffer_);
   phase_ = Phase::kOffer;
   return s;
 }
@@ -196,7 +195,7 @@ Status PeerLink::finishOffer() {
   theirEndpoint_.assign(theirs_.length, 0);
   recvEndpoint_ = transport::Transfer{theirEndpoint_.data(), theirEndpoint_.size()};
   recvEndpoint_.done = theirs_.length == 0;  // nothing to receive
-  if (!recvEndpoint_.done) LOOM_TRY(tcp_->postRecv(&recvEndpoint_));
+  if (!recvEndpoint_.done) LOOM_TRY(network_->postRecv(&recvEndpoint_));
   phase_ = Phase::kEndpoint;
   return Status::ok();
 }
@@ -209,14 +208,15 @@ Status PeerLink::finishEndpoint() {
     if (s.isOk()) {
       myVerdict_.ok = 1;
     } else {
-      LOOM_INFO(log::kInit, "rank %d: cannot attach %s to rank %d, using tcp: %s", self_, backend_->name(), peer_,
+      LOOM_INFO(log::kInit, "rank %d: cannot attach %s to rank %d, using %s: %s", self_, backend_->name(), peer_,
+                network_->kind(),
                 s.message().c_str());
     }
   }
   sendVerdict_ = transport::Transfer{&myVerdict_, sizeof myVerdict_};
   recvVerdict_ = transport::Transfer{&theirVerdict_, sizeof theirVerdict_};
-  LOOM_TRY(tcp_->postSend(&sendVerdict_));
-  LOOM_TRY(tcp_->postRecv(&recvVerdict_));
+  LOOM_TRY(network_->postSend(&sendVerdict_));
+  LOOM_TRY(network_->postRecv(&recvVerdict_));
   phase_ = Phase::kVerdict;
   return Status::ok();
 }
@@ -227,9 +227,9 @@ Status PeerLink::finishVerdict() {
   }
   if (myVerdict_.ok && theirVerdict_.ok) {
     result_ = std::move(upgraded_);
-    tcp_.reset();  // both sides have read everything: closing sends no reset
+    network_.reset();  // both sides have read everything: closing sends no reset
   } else {
-    result_ = std::move(tcp_);
+    result_ = std::move(network_);
     upgraded_.reset();
   }
   phase_ = Phase::kReady;

@@ -1,15 +1,17 @@
 // PeerLink: how this rank gets a data connection to one peer.
 //
-// Every pair first connects over TCP (the lower rank connects to the higher
-// rank's listener; the sockets prove the secret). Then the transport
+// Every pair first connects over the network (sockets: the lower rank
+// connects to the higher rank's listener, each socket proves the secret;
+// the registry's openNetwork() carries data over them). Then the transport
 // registry (transport/registry.h) is asked for a backend that applies to
 // the pair; when one does, the link "upgrades": both sides listen() on it,
-// send an offer (the backend's name and their endpoint) over the TCP
+// send an offer (the backend's name and their endpoint) over the network
 // connection, connect() the peer's endpoint, and exchange a verdict; only
 // when both sides succeeded is the new backend used, otherwise both keep
-// TCP. The whole setup is a non-blocking state machine (advance()), so one
-// thread can set up the links of several communicators at once, and the
-// thread that drives it can check aborts, notices and timeouts meanwhile.
+// the network connection. The whole setup is a non-blocking state machine
+// (advance()), so one thread can set up the links of several communicators
+// at once, and the thread that drives it can check aborts, notices and
+// timeouts meanwhile.
 // Every rank listens before its peers learn its address, so a peer that
 // keeps refusing connections is gone: that fails after a few seconds.
 #pragma once
@@ -19,15 +21,14 @@
 
 #include "common/status.h"
 #include "core/bootstrap.h"
-#include "transport/connection.h"
-#include "transport/registry.h"
+#include "transport/transport.h"
 
 namespace loom::core {
 
 struct LinkOptions {
   int socketsPerPeer = 2;
   size_t stripeMin = 64 * 1024;
-  transport::Selection selection;  // which backends may replace TCP
+  transport::Selection selection;  // which backends may replace the network
   double connectTimeoutS = 300;
 };
 
@@ -44,8 +45,8 @@ class PeerLink {
   void pollFds(std::vector<pollfd>* fds) const;
 
  private:
-  enum class Phase { kTcp, kOffer, kEndpoint, kVerdict, kReady };
-  // Exchanged over TCP while upgrading: the offer's fixed part, then
+  enum class Phase { kNetwork, kOffer, kEndpoint, kVerdict, kReady };
+  // Exchanged over the network connection while upgrading: the offer's fixed part, then
   // `length` bytes of endpoint, then the verdict.
   struct Offer {
     uint32_t magic;
@@ -59,7 +60,7 @@ class PeerLink {
     uint32_t ok;
   };
 
-  Status startTcp(Bootstrap& bootstrap, const std::atomic<bool>* abort, bool* done);
+  Status startNetwork(Bootstrap& bootstrap, const std::atomic<bool>* abort, bool* done);
   Status connectSockets(Bootstrap& bootstrap, const std::atomic<bool>* abort);
   Status startUpgrade(Bootstrap& bootstrap);
   Status finishOffer();
@@ -68,7 +69,7 @@ class PeerLink {
 
   int self_, peer_;
   LinkOptions options_;
-  Phase phase_ = Phase::kTcp;
+  Phase phase_ = Phase::kNetwork;
   std::vector<net::UniqueFd> sockets_;  // connected or accepted so far
   // Lower rank side: the socket being connected, never blocking.
   net::UniqueFd connecting_;
@@ -77,7 +78,7 @@ class PeerLink {
   Clock::time_point refusedSince_{};
   int backoffMs_ = 1;
   int lastError_ = 0;
-  std::unique_ptr<transport::Connection> tcp_;
+  std::unique_ptr<transport::Connection> network_;
   std::unique_ptr<transport::Connection> upgraded_;
   std::unique_ptr<transport::Connection> result_;
   Offer mine_{}, theirs_{};

@@ -28,7 +28,7 @@
 #include <utility>
 
 #include "common/status.h"
-#include "transport/connection.h"
+#include "transport/transport.h"
 
 namespace loom::core {
 

@@ -211,7 +211,7 @@ class Root {
             fds.push_back({o.fd, POLLOUT, 0});
             waiting.push_back(&o);
           } else {
-            LOOM_WARN("bootstrap root: could not answer rank %d: %s", o.rank, std::strerror(errno));
+            LOOM_WARN("bootstrap root: could not answer rank %d: %s", o.rank, errnoText(errno).c_str());
             o.sent = o.bytes.size();
           }
           break;

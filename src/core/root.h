@@ -19,7 +19,7 @@
 
 #include "common/status.h"
 #include "core/wire.h"
-#include "transport/tcp/socket.h"
+#include "transport/net/socket.h"
 
 namespace loom::core {
 

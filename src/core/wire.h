@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "transport/tcp/socket.h"
+#include "transport/net/socket.h"
 
 namespace loom::core::wire {
 

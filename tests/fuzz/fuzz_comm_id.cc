@@ -15,7 +15,7 @@
 #include "core/communicator.h"
 #include "core/wire.h"
 #include "fuzz_input.h"
-#include "transport/tcp/socket.h"
+#include "transport/net/socket.h"
 
 namespace {
 

@@ -32,11 +32,6 @@ constexpr size_t kPullBudget = size_t(8) << 20;
 constexpr auto kLivenessPeriod = std::chrono::milliseconds(100);
 constexpr size_t kMaxFifoBytes = size_t(1) << 30;
 
-std::string errnoText(int err) {
-  char buf[128];
-  return std::string(strerror_r(err, buf, sizeof buf)) + " (errno " + std::to_string(err) + ")";
-}
-
 uint64_t makeNonce() {
   uint64_t n = 0;
   if (::getrandom(&n, sizeof n, GRND_NONBLOCK) == ssize_t(sizeof n) && n != 0) return n;

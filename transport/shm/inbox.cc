@@ -17,11 +17,6 @@ constexpr size_t roundUp(size_t x, size_t to) { return (x + to - 1) / to * to; }
 constexpr size_t kHeaderBytes = roundUp(sizeof(InboxHeader), kPageBytes);
 constexpr unsigned kSeals = F_SEAL_SHRINK | F_SEAL_GROW;
 
-std::string errnoText(int err) {
-  char buf[128];
-  return std::string(strerror_r(err, buf, sizeof buf)) + " (errno " + std::to_string(err) + ")";
-}
-
 // A failure to get memory for the inbox: says what to change.
 Status capacityError(const char* what, int err, size_t bytes) {
   return systemError(

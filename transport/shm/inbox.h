@@ -30,7 +30,7 @@
 #include <type_traits>
 
 #include "common/status.h"
-#include "transport/tcp/socket.h"
+#include "transport/net/socket.h"
 
 namespace loom::transport::shm {
 

@@ -17,12 +17,6 @@ constexpr int kMaxIov = 64;
 
 size_t ceilDiv(size_t a, size_t b) { return (a + b - 1) / b; }
 
-std::string errnoText(int err) {
-  char buf[128];
-  const char* text = strerror_r(err, buf, sizeof buf);
-  return std::string(text) + " (errno " + std::to_string(err) + ")";
-}
-
 }  // namespace
 
 size_t planMessage(uint64_t seq, size_t bytes, size_t sockets, size_t stripeMin, PiecePlan* out) {
@@ -85,7 +79,6 @@ Status TcpConnection::fail(Status s) {
   if (error_.isOk()) error_ = std::move(s);
   return error_;
 }
-
 
 Status TcpConnection::queueSend(Transfer* t) {
   if (!error_.isOk()) return error_;

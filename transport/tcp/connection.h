@@ -39,7 +39,7 @@
 
 #include "transport/connection.h"
 #include "transport/ring.h"
-#include "transport/tcp/socket.h"
+#include "transport/net/socket.h"
 
 namespace loom::transport::tcp {
 

@@ -40,10 +40,9 @@
 #include <vector>
 
 #include "shm_test_util.h"
-#include "transport/loopback/connection.h"
 #include "transport/shm/connection.h"
 #include "transport/shm/transport.h"
-#include "transport/tcp/connection.h"
+#include "transport/transport.h"
 #include "transport_test_util.h"
 
 namespace loom::transport {
@@ -71,7 +70,7 @@ struct LoopbackKit {
   static constexpr const char* kName = "loopback";
   static Result<Pair> makePair() {
     Pair p;
-    p.a = std::make_unique<loopback::LoopbackConnection>(0);
+    p.a = openSelf(0);  // as core opens it
     return p;
   }
 };
@@ -85,8 +84,8 @@ struct TcpKit {
     LOOM_ASSIGN_OR_RETURN(auto sets, testing::makeTcpSockets(kSockets));
     Pair p;
     for (const auto& fd : sets.b) p.peerFds.push_back(fd.get());
-    p.a = std::make_unique<tcp::TcpConnection>(1, std::move(sets.a), kStripeMin);
-    p.b = std::make_unique<tcp::TcpConnection>(0, std::move(sets.b), kStripeMin);
+    p.a = openNetwork(1, std::move(sets.a), kStripeMin);  // as core opens it
+    p.b = openNetwork(0, std::move(sets.b), kStripeMin);
     return p;
   }
 
@@ -94,11 +93,11 @@ struct TcpKit {
     LOOM_ASSIGN_OR_RETURN(auto sets, testing::makeTcpSockets(kSockets));
     LOOM_ASSIGN_OR_RETURN(auto child, Child::start([&](Child& self) {
       sets.a.clear();  // the child's copies of the parent's ends
-      tcp::TcpConnection b(0, std::move(sets.b), kStripeMin);
-      return body(b, self);
+      auto b = openNetwork(0, std::move(sets.b), kStripeMin);
+      return body(*b, self);
     }));
     sets.b.clear();
-    *a = std::make_unique<tcp::TcpConnection>(1, std::move(sets.a), kStripeMin);
+    *a = openNetwork(1, std::move(sets.a), kStripeMin);
     return child;
   }
 

@@ -1,6 +1,6 @@
-// Tests of transport/tcp/socket.h: addresses, interface selection, connect,
+// Tests of transport/net/socket.h: addresses, interface selection, connect,
 // accept and the exact send/recv helpers.
-#include "transport/tcp/socket.h"
+#include "transport/net/socket.h"
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>

@@ -9,7 +9,7 @@
 #include "common/status.h"
 #include "common/time.h"
 #include "transport/connection.h"
-#include "transport/tcp/socket.h"
+#include "transport/net/socket.h"
 
 namespace loom::transport::testing {
 

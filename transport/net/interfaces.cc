@@ -1,6 +1,6 @@
 // Interface selection with NCCL_SOCKET_IFNAME / NCCL_SOCKET_FAMILY semantics
-// (declared in transport/tcp/socket.h).
-#include "transport/tcp/socket.h"
+// (declared in transport/net/socket.h).
+#include "transport/net/socket.h"
 
 #include <errno.h>
 #include <ifaddrs.h>

@@ -1,4 +1,4 @@
-#include "transport/tcp/socket.h"
+#include "transport/net/socket.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -23,12 +23,6 @@ constexpr int kMaxBackoffMs = 100;
 
 bool aborted(const std::atomic<bool>* abort) {
   return abort != nullptr && abort->load(std::memory_order_acquire);
-}
-
-std::string errnoText(int err) {
-  char buf[128];
-  const char* text = strerror_r(err, buf, sizeof buf);
-  return std::string(text) + " (errno " + std::to_string(err) + ")";
 }
 
 enum class Wait { kReady, kTimeout, kAborted };
