@@ -1,14 +1,17 @@
-// Endpoints: a backend's connection data as it travels between ranks. An
-// endpoint is a byte blob that starts with the backend's format version (a
-// u32) followed by its fields, each little-endian and fixed-size, written
-// and read in the same order. Readers never trust the blob: every read is
-// bounds-checked, and a short, long or unknown-version blob is an error.
+// Endpoints: a backend's connection data as it travels between ranks (and
+// core's other versioned blobs, such as the per-rank info of the init
+// exchange). A blob starts with its format version (a u32) followed by its
+// fields, written and read in the same order: little-endian fixed-size
+// integers, raw byte arrays of a fixed size, and strings (a u32 length, then
+// the bytes). Readers never trust the blob: every read is bounds-checked,
+// and a short, long or unknown-version blob is an error.
 #pragma once
 
 #include <cstdint>
 #include <cstring>
 #include <span>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <vector>
 
@@ -26,6 +29,14 @@ class EndpointWriter {
   void put(T value) {
     static_assert(std::is_integral_v<T>, "endpoint fields are fixed-size integers");
     for (size_t i = 0; i < sizeof(T); ++i) out_->push_back(uint8_t(uint64_t(value) >> (8 * i)));
+  }
+  void putBytes(const void* p, size_t n) {
+    const auto* b = static_cast<const uint8_t*>(p);
+    out_->insert(out_->end(), b, b + n);
+  }
+  void putString(std::string_view text) {
+    put(uint32_t(text.size()));
+    putBytes(text.data(), text.size());
   }
 
  private:
@@ -61,8 +72,34 @@ class EndpointReader {
     *value = T(v);
     return true;
   }
+  bool getBytes(void* p, size_t n) {
+    if (blob_.size() - at_ < n) {
+      short_ = true;
+      return false;
+    }
+    if (n) std::memcpy(p, blob_.data() + at_, n);
+    at_ += n;
+    return true;
+  }
+  // A string of at most maxBytes (a longer one is an error at finish()).
+  bool getString(std::string* text, size_t maxBytes) {
+    uint32_t n = 0;
+    if (!get(&n)) return false;
+    if (n > maxBytes) {
+      tooLong_ = true;
+      return false;
+    }
+    if (blob_.size() - at_ < n) {
+      short_ = true;
+      return false;
+    }
+    text->assign(reinterpret_cast<const char*>(blob_.data() + at_), n);
+    at_ += n;
+    return true;
+  }
   // After the last field: an error when a read ran short or bytes are left.
   Status finish() const {
+    if (tooLong_) return remoteError(std::string("the peer sent a ") + what_ + " with an oversized string");
     if (short_) return truncated();
     if (at_ != blob_.size()) {
       return remoteError(std::string("the peer sent a ") + what_ + " with " + std::to_string(blob_.size() - at_) +
@@ -80,6 +117,7 @@ class EndpointReader {
   const char* what_;
   size_t at_ = 0;
   bool short_ = false;
+  bool tooLong_ = false;
 };
 
 }  // namespace loom::transport

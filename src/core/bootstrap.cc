@@ -86,6 +86,7 @@ std::string Bootstrap::describe(int r) const {
 Status Bootstrap::joinRoot(const net::SocketAddress& root, wire::RankInfo self, Deadline deadline,
                            const std::atomic<bool>* abort) {
   listenAddr_.encode(self.listenAddr);
+  const std::vector<uint8_t> blob = wire::encode(self);
   LOOM_ASSIGN_OR_RETURN(net::UniqueFd fd, net::connectTo(root, deadline, abort));
   wire::Hello h{};
   h.magic = wire::kHelloMagic;
@@ -94,9 +95,9 @@ Status Bootstrap::joinRoot(const net::SocketAddress& root, wire::RankInfo self, 
   h.secret[1] = id_.secret[1];
   h.fromRank = uint32_t(id_.rank);
   h.toRank = uint32_t(id_.nranks);
-  h.payload = sizeof self;
+  h.payload = uint32_t(blob.size());
   LOOM_TRY(net::sendAll(fd.get(), &h, sizeof h, deadline, abort));
-  LOOM_TRY(net::sendAll(fd.get(), &self, sizeof self, deadline, abort));
+  LOOM_TRY(net::sendAll(fd.get(), blob.data(), blob.size(), deadline, abort));
   wire::Reply reply{};
   Status s = net::recvAll(fd.get(), &reply, sizeof reply, deadline, abort);
   if (!s.isOk()) {
@@ -109,16 +110,17 @@ Status Bootstrap::joinRoot(const net::SocketAddress& root, wire::RankInfo self, 
     Code code = text.find("timed out") != std::string::npos ? Code::kRemoteError : Code::kInvalidUsage;
     return Status(code, "init failed: " + text);
   }
-  table_.resize(size_t(id_.nranks));
-  LOOM_TRY(net::recvAll(fd.get(), table_.data(), reply.length, deadline, abort));
-  for (auto& info : table_) wire::terminate(&info);
+  std::vector<uint8_t> table(reply.length);
+  LOOM_TRY(net::recvAll(fd.get(), table.data(), table.size(), deadline, abort));
+  auto decoded = wire::decodeTable(table, id_.nranks);
+  if (!decoded.isOk()) return decoded.takeStatus().addContext("the rendezvous at " + root.toString());
+  table_ = std::move(decoded.value());
   return buildRing(deadline, abort);
 }
 
 Status Bootstrap::adoptTable(std::vector<wire::RankInfo> table, Deadline deadline,
                              const std::atomic<bool>* abort) {
   table_ = std::move(table);
-  for (auto& info : table_) wire::terminate(&info);
   return buildRing(deadline, abort);
 }
 
@@ -195,7 +197,8 @@ Status checkRootReply(const wire::Reply& reply, int nranks) {
     if (reply.length > wire::kMaxReplyTextBytes) return remoteError("sent an oversized failure message");
     return Status::ok();
   }
-  if (reply.length != uint64_t(nranks) * sizeof(wire::RankInfo)) {
+  // Each entry: a length and a blob of at least its version.
+  if (reply.length < uint64_t(nranks) * 8 || reply.length > wire::kMaxTableBytes) {
     return remoteError("sent a table of " + std::to_string(reply.length) + " bytes for " + std::to_string(nranks) +
                        " ranks");
   }
@@ -393,17 +396,49 @@ Result<net::UniqueFd> Bootstrap::waitFor(wire::HelloKind kind, int from, Deadlin
   }
 }
 
-Status Bootstrap::allGather(void* data, size_t bytes, Deadline deadline, const std::atomic<bool>* abort,
-                            const Check& check) {
+Status Bootstrap::ringGather(uint8_t* base, const std::vector<size_t>& offsets, const std::vector<size_t>& sizes,
+                             Deadline deadline, const std::atomic<bool>* abort, const Check& check) {
   const int n = id_.nranks;
-  auto* base = static_cast<uint8_t*>(data);
   const std::string prevName = describe((id_.rank + n - 1) % n), nextName = describe((id_.rank + 1) % n);
   for (int k = 0; k < n - 1; ++k) {
-    int sendBlock = (id_.rank - k + n) % n;
-    int recvBlock = (id_.rank - k - 1 + n) % n;
-    LOOM_TRY(exchange(ringNext_.get(), base + size_t(sendBlock) * bytes, bytes, ringPrev_.get(),
-                      base + size_t(recvBlock) * bytes, bytes, deadline, abort, check, nextName, prevName));
+    const auto sendBlock = size_t((id_.rank - k + n) % n);
+    const auto recvBlock = size_t((id_.rank - k - 1 + n) % n);
+    LOOM_TRY(exchange(ringNext_.get(), base + offsets[sendBlock], sizes[sendBlock], ringPrev_.get(),
+                      base + offsets[recvBlock], sizes[recvBlock], deadline, abort, check, nextName, prevName));
   }
+  return Status::ok();
+}
+
+Status Bootstrap::allGather(void* data, size_t bytes, Deadline deadline, const std::atomic<bool>* abort,
+                            const Check& check) {
+  const auto n = size_t(id_.nranks);
+  std::vector<size_t> offsets(n), sizes(n, bytes);
+  for (size_t r = 0; r < n; ++r) offsets[r] = r * bytes;
+  return ringGather(static_cast<uint8_t*>(data), offsets, sizes, deadline, abort, check);
+}
+
+Status Bootstrap::allGatherV(std::span<const uint8_t> mine, size_t maxBytes, std::vector<std::vector<uint8_t>>* all,
+                             Deadline deadline, const std::atomic<bool>* abort, const Check& check) {
+  const auto n = size_t(id_.nranks), me = size_t(id_.rank);
+  std::vector<uint64_t> lengths(n);
+  lengths[me] = mine.size();
+  LOOM_TRY(allGather(lengths.data(), sizeof(uint64_t), deadline, abort, check));
+  std::vector<size_t> offsets(n), sizes(n);
+  size_t total = 0;
+  for (size_t r = 0; r < n; ++r) {
+    if (lengths[r] > maxBytes) {
+      return remoteError(describe(int(r)) + " sent a " + std::to_string(lengths[r]) + "-byte block (at most " +
+                         std::to_string(maxBytes) + ")");
+    }
+    offsets[r] = total;
+    sizes[r] = size_t(lengths[r]);
+    total += sizes[r];
+  }
+  std::vector<uint8_t> buf(total);
+  std::copy(mine.begin(), mine.end(), buf.begin() + long(offsets[me]));
+  LOOM_TRY(ringGather(buf.data(), offsets, sizes, deadline, abort, check));
+  all->assign(n, {});
+  for (size_t r = 0; r < n; ++r) (*all)[r].assign(buf.begin() + long(offsets[r]), buf.begin() + long(offsets[r] + sizes[r]));
   return Status::ok();
 }
 

@@ -16,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -71,6 +72,10 @@ class Bootstrap {
   using Check = std::function<Status()>;
   Status allGather(void* data, size_t bytes, Deadline deadline, const std::atomic<bool>* abort,
                    const Check& check = {});
+  // Blocks of any size up to maxBytes (a larger one is an error): *all gets
+  // every rank's, ours included.
+  Status allGatherV(std::span<const uint8_t> mine, size_t maxBytes, std::vector<std::vector<uint8_t>>* all,
+                    Deadline deadline, const std::atomic<bool>* abort, const Check& check = {});
   Status barrier(Deadline deadline, const std::atomic<bool>* abort);
 
   // Opens a connection to `peer`'s listener and sends the Hello (+payload).
@@ -108,6 +113,9 @@ class Bootstrap {
  private:
   explicit Bootstrap(const Identity& id) : id_(id) {}
   Status buildRing(Deadline deadline, const std::atomic<bool>* abort);
+  // n - 1 ring steps: block r is sizes[r] bytes at base + offsets[r].
+  Status ringGather(uint8_t* base, const std::vector<size_t>& offsets, const std::vector<size_t>& sizes,
+                    Deadline deadline, const std::atomic<bool>* abort, const Check& check);
   Result<net::UniqueFd> waitFor(wire::HelloKind kind, int from, Deadline deadline,
                                 const std::atomic<bool>* abort);
 
@@ -133,7 +141,7 @@ class Bootstrap {
 };
 
 // Checks the rendezvous root's answer header for a communicator of
-// `nranks`: a table of nranks RankInfos follows, or (status != 0) a failure
+// `nranks`: a table of nranks RankInfo blobs follows, or (status != 0) a failure
 // text of at most kMaxReplyTextBytes.
 Status checkRootReply(const wire::Reply& reply, int nranks);
 

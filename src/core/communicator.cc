@@ -203,12 +203,11 @@ Status Communicator::initFromId(const uint8_t id[kUniqueIdBytes], int nranks, in
   }
   LOOM_ASSIGN_OR_RETURN(bootstrap_, Bootstrap::open(ident, &root));
   LOOM_ASSIGN_OR_RETURN(Mode mode, processMode());
-  wire::RankInfo self{};
+  wire::RankInfo self;
   self.pid = uint32_t(getpid());
   self.hostHash = topology::hostHash();
   self.mode = uint32_t(mode);
-  self.cudaDevice = UINT32_MAX;
-  std::snprintf(self.hostname, sizeof self.hostname, "%s", topology::hostName().c_str());
+  self.hostname = topology::hostName();
   Deadline deadline = Deadline::afterSeconds(options_.initTimeoutS + 15);
   Status s = bootstrap_->joinRoot(root, self, deadline, &abort_);
   if (!s.isOk()) return s.addContext("rank " + std::to_string(rank) + " of " + std::to_string(nranks));
@@ -569,11 +568,12 @@ Status Communicator::waitSplits() {
 }
 
 Status Communicator::split(CommRef parentRef, uint64_t ticket, int color, int key, Communicator* child) {
+  // What each rank of the parent tells the others: the fixed part, then
+  // its RankInfo blob for the child (with the child's listen address).
   struct Entry {
     int32_t color;
     int32_t key;
     uint64_t ticket;
-    wire::RankInfo info;
   };
   Communicator& parent = *parentRef;
   // While the child is being set up, aborting the parent aborts it; a
@@ -589,17 +589,20 @@ Status Communicator::split(CommRef parentRef, uint64_t ticket, int color, int ke
   } detach{&parent, child};
 
   const int n = parent.nranks(), me = parent.rank();
-  std::vector<Entry> all(static_cast<size_t>(n));
-  Entry& mine = all[size_t(me)];
-  mine.color = child ? color : -1;
-  mine.key = key;
-  mine.ticket = ticket;
-  mine.info = parent.bootstrap().peer(me);
+  const Entry mine{child ? color : -1, key, ticket};
+  wire::RankInfo info = parent.bootstrap().peer(me);
   if (child) {
     net::SocketAddress reach = parent.bootstrap().listenAddress();
     LOOM_ASSIGN_OR_RETURN(child->bootstrap_, Bootstrap::open(Bootstrap::Identity{}, &reach));
-    child->bootstrap_->listenAddress().encode(mine.info.listenAddr);
+    child->bootstrap_->listenAddress().encode(info.listenAddr);
   }
+  std::vector<uint8_t> block(sizeof mine);
+  std::memcpy(block.data(), &mine, sizeof mine);
+  const std::vector<uint8_t> blob = wire::encode(info);
+  block.insert(block.end(), blob.begin(), blob.end());
+  std::vector<std::vector<uint8_t>> blocks;
+  std::vector<Entry> all;
+  std::vector<wire::RankInfo> infos;
   const std::string what = "ncclCommSplit on " + parent.describe();
   Deadline deadline = Deadline::afterSeconds(parent.options().initTimeoutS);
   LOOM_TRY(parent.waitSplitTurn(ticket, waiter->abortFlag()).addContext(what));
@@ -616,7 +619,21 @@ Status Communicator::split(CommRef parentRef, uint64_t ticket, int color, int ke
       Status s = parent.stickyError();
       return s.isOk() ? s : Status(s.code(), "the parent communicator failed: " + s.message());
     };
-    Status s = parent.bootstrap().allGather(all.data(), sizeof(Entry), deadline, waiter->abortFlag(), check);
+    Status s = parent.bootstrap().allGatherV(block, sizeof(Entry) + wire::kMaxRankInfoBytes, &blocks, deadline,
+                                             waiter->abortFlag(), check);
+    all.resize(size_t(n));
+    infos.resize(size_t(n));
+    for (int r = 0; r < n && s.isOk(); ++r) {
+      const std::span<const uint8_t> b = blocks[size_t(r)];
+      if (b.size() < sizeof(Entry)) {
+        s = remoteError(parent.bootstrap().describe(r) + " sent a short split entry");
+        break;
+      }
+      std::memcpy(&all[size_t(r)], b.data(), sizeof(Entry));
+      auto decoded = wire::decodeRankInfo(b.subspan(sizeof(Entry)));
+      if (decoded.isOk()) infos[size_t(r)] = std::move(decoded.value());
+      else s = decoded.takeStatus().addContext(parent.bootstrap().describe(r) + "'s split entry");
+    }
     if (!s.isOk()) {
       // A neighbour that closed its ring connection may only be passing on
       // another rank's failure: prefer that rank's notice.
@@ -647,7 +664,7 @@ Status Communicator::split(CommRef parentRef, uint64_t ticket, int color, int ke
   uint64_t mix[3] = {ident.commHash, uint64_t(uint32_t(color)), ticket + 1};
   ident.commHash = hashBytes(mix, sizeof mix);
   std::vector<wire::RankInfo> table;
-  for (int r : members) table.push_back(all[size_t(r)].info);
+  for (int r : members) table.push_back(std::move(infos[size_t(r)]));
   // The parent stays pinned, and aborting or destroying it aborts the
   // child, until the child is set up: a member that failed the exchange
   // (it saw a rank die) may leave before the child connects, and only the

@@ -29,13 +29,14 @@ constexpr double kFailureTimeoutS = 5;
 
 struct Pending {
   net::UniqueFd fd;
-  std::vector<uint8_t> buf;  // bytes of Hello + RankInfo received so far
+  std::vector<uint8_t> buf;  // bytes of the Hello and its RankInfo blob received so far
   Clock::time_point since;
 };
 
 struct Joined {
   net::UniqueFd fd;
   wire::RankInfo info;
+  std::vector<uint8_t> blob;  // as the rank sent it (checked): passed on in the table
 };
 
 // One answer being sent without blocking.
@@ -103,16 +104,19 @@ class Root {
 
   // Reads what is available on each unidentified connection.
   void serviceAll() {
-    constexpr size_t kNeed = sizeof(wire::Hello) + sizeof(wire::RankInfo);
     for (size_t i = 0; i < pending_.size();) {
       Pending& p = pending_[i];
       bool drop = false;
-      uint8_t tmp[kNeed];
-      size_t want = kNeed - p.buf.size();
+      // The hello first, then the blob whose size it announced.
+      size_t need = sizeof(wire::Hello);
+      if (p.buf.size() >= sizeof(wire::Hello)) need += helloOf(p).payload;
+      uint8_t tmp[4096];
+      const size_t want = std::min(sizeof tmp, need - p.buf.size());
       ssize_t got = ::recv(p.fd.get(), tmp, want, MSG_DONTWAIT);
       if (got > 0) {
+        const bool hadHello = p.buf.size() >= sizeof(wire::Hello);
         p.buf.insert(p.buf.end(), tmp, tmp + got);
-        if (p.buf.size() >= sizeof(wire::Hello) && !helloLooksValid(p)) drop = true;
+        if (!hadHello && p.buf.size() >= sizeof(wire::Hello) && !helloLooksValid(p)) drop = true;
       } else if (got == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
         drop = true;  // closed before identifying itself
       }
@@ -120,7 +124,7 @@ class Root {
         LOOM_WARN("bootstrap root: a connection stayed silent for %.0f s; closed it", kHelloTimeoutS);
         drop = true;
       }
-      if (!drop && p.buf.size() == kNeed) {
+      if (!drop && p.buf.size() >= sizeof(wire::Hello) && p.buf.size() == sizeof(wire::Hello) + helloOf(p).payload) {
         admit(std::move(p));
         drop = true;  // moved out of pending
       }
@@ -132,10 +136,15 @@ class Root {
     }
   }
 
-  // The hello alone (the RankInfo may still be on its way): refuse early.
-  bool helloLooksValid(const Pending& p) {
+  static wire::Hello helloOf(const Pending& p) {
     wire::Hello h;
     std::memcpy(&h, p.buf.data(), sizeof h);
+    return h;
+  }
+
+  // The hello alone (the RankInfo may still be on its way): refuse early.
+  bool helloLooksValid(const Pending& p) {
+    const wire::Hello h = helloOf(p);
     if (h.magic != wire::kHelloMagic || h.kind != uint32_t(wire::HelloKind::kRootJoin)) {
       LOOM_WARN("bootstrap root: refused a connection that sent bytes that are not a loom hello");
       return false;
@@ -148,15 +157,21 @@ class Root {
                               "same unique id (or the same LOOM_COMM_SECRET with NCCL_COMM_ID)");
       return false;
     }
+    if (h.payload > wire::kMaxRankInfoBytes) {
+      LOOM_WARN("bootstrap root: refused a join with a %u-byte rank info (at most %u)", h.payload,
+                wire::kMaxRankInfoBytes);
+      sendFailure(p.fd.get(), "the rendezvous refused this rank: its rank info is too large; run the same "
+                              "loom build on all ranks");
+      return false;
+    }
     return true;
   }
 
   void admit(Pending p) {
-    wire::Hello h;
+    const wire::Hello h = helloOf(p);
     wire::RankInfo info;
-    std::memcpy(&h, p.buf.data(), sizeof h);
-    std::memcpy(&info, p.buf.data() + sizeof h, sizeof info);
-    Status s = checkJoin(h, &info, options_.secret, nranks_);
+    std::vector<uint8_t> blob(p.buf.begin() + sizeof h, p.buf.end());
+    Status s = checkJoin(h, blob, &info, options_.secret, nranks_);
     if (s.isOk() && joined_.count(int(h.fromRank))) {
       s = invalidArgument("rank " + std::to_string(h.fromRank) + " joined twice (pids " +
                           std::to_string(joined_[int(h.fromRank)].info.pid) + " and " +
@@ -171,16 +186,21 @@ class Root {
       nranks_ = int(h.toRank);
       deadline_ = Deadline::afterSeconds(options_.initTimeoutS);
     }
-    joined_[int(h.fromRank)] = Joined{std::move(p.fd), info};
+    joined_[int(h.fromRank)] = Joined{std::move(p.fd), std::move(info), std::move(blob)};
   }
 
   void replyAll() {
-    std::vector<wire::RankInfo> table(static_cast<size_t>(nranks_));
-    for (auto& [rank, j] : joined_) table[size_t(rank)] = j.info;
-    wire::Reply reply{wire::kReplyMagic, 0, uint32_t(table.size() * sizeof(wire::RankInfo)), 0};
-    std::vector<uint8_t> bytes(sizeof reply + reply.length);
+    std::vector<uint8_t> table;
+    for (auto& [rank, j] : joined_) wire::appendTableEntry(j.blob, &table);  // in rank order
+    if (table.size() > wire::kMaxTableBytes) {
+      failAll("the table of " + std::to_string(nranks_) + " ranks' infos is too large (" +
+              std::to_string(table.size()) + " bytes)");
+      return;
+    }
+    wire::Reply reply{wire::kReplyMagic, 0, uint32_t(table.size()), 0};
+    std::vector<uint8_t> bytes(sizeof reply + table.size());
     std::memcpy(bytes.data(), &reply, sizeof reply);
-    std::memcpy(bytes.data() + sizeof reply, table.data(), reply.length);
+    std::memcpy(bytes.data() + sizeof reply, table.data(), table.size());
     sendToAll(bytes, true);
   }
 
@@ -287,16 +307,18 @@ class Root {
 
 }  // namespace
 
-Status checkJoin(const wire::Hello& h, wire::RankInfo* info, const uint64_t secret[2], int nranksSoFar) {
+Status checkJoin(const wire::Hello& h, std::span<const uint8_t> payload, wire::RankInfo* info,
+                 const uint64_t secret[2], int nranksSoFar) {
   if (h.magic != wire::kHelloMagic || h.kind != uint32_t(wire::HelloKind::kRootJoin)) {
     return invalidArgument("bytes that are not a loom join request");
   }
   if (h.secret[0] != secret[0] || h.secret[1] != secret[1]) {
     return invalidArgument("the rendezvous refused this rank: wrong secret");
   }
-  if (h.payload != sizeof(wire::RankInfo)) {
-    return invalidArgument("a join request with a " + std::to_string(h.payload) + "-byte payload (expected " +
-                           std::to_string(sizeof(wire::RankInfo)) + "): run the same loom build on all ranks");
+  if (h.payload != payload.size() || h.payload > wire::kMaxRankInfoBytes) {
+    return invalidArgument("a join request with a " + std::to_string(h.payload) + "-byte payload (" +
+                           std::to_string(payload.size()) + " bytes came, at most " +
+                           std::to_string(wire::kMaxRankInfoBytes) + " allowed)");
   }
   if (h.toRank == 0 || h.toRank > wire::kMaxRanks) {
     return invalidArgument("nranks " + std::to_string(h.toRank) + " is out of range");
@@ -309,7 +331,12 @@ Status checkJoin(const wire::Hello& h, wire::RankInfo* info, const uint64_t secr
     return invalidArgument("rank " + std::to_string(h.fromRank) + " is out of range for nranks=" +
                            std::to_string(h.toRank));
   }
-  wire::terminate(info);
+  auto decoded = wire::decodeRankInfo(payload);
+  if (!decoded.isOk()) {
+    return invalidArgument("rank " + std::to_string(h.fromRank) + "'s join request: " +
+                           decoded.status().message() + "; run the same loom build on all ranks");
+  }
+  *info = std::move(decoded.value());
   return Status::ok();
 }
 

@@ -14,6 +14,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <thread>
 
@@ -49,10 +50,11 @@ class RootServer {
   std::thread thread_;
 };
 
-// Checks a join request (a Hello followed by the joining rank's RankInfo)
-// against the root's secret and the nranks announced so far (0: none yet).
-// On success *info has a terminated hostname. Every refusal is
+// Checks a join request (a Hello followed by `payload`, the joining rank's
+// RankInfo blob) against the root's secret and the nranks announced so far
+// (0: none yet); on success *info is the decoded blob. Every refusal is
 // kInvalidArgument; its message is what the root tells the rank.
-Status checkJoin(const wire::Hello& h, wire::RankInfo* info, const uint64_t secret[2], int nranksSoFar);
+Status checkJoin(const wire::Hello& h, std::span<const uint8_t> payload, wire::RankInfo* info,
+                 const uint64_t secret[2], int nranksSoFar);
 
 }  // namespace loom::core

@@ -5,6 +5,11 @@
 
 #include <cstdint>
 #include <cstring>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
 
 #include "transport/net/socket.h"
 
@@ -47,24 +52,38 @@ struct Hello {
   uint32_t channel;
   uint32_t index;    // socket index within a data connection
   uint32_t count;    // sockets in the data connection
-  uint32_t payload;  // bytes that follow (RankInfo, notice text)
+  uint32_t payload;  // bytes that follow (a RankInfo blob, notice text)
 };
 
-// What each rank tells the others about itself at init.
+// What each rank tells the others about itself at init. On the wire it is
+// a versioned, variable-length blob (transport/endpoint.h's rules): version
+// kRankInfoVersion, then the fields below in order, the hostname as a
+// string. A new field means a new version; ranks of different versions
+// refuse each other with a message that names both.
 struct RankInfo {
-  uint8_t listenAddr[net::SocketAddress::kEncodedSize];
-  uint32_t pid;
-  uint64_t hostHash;
-  uint32_t mode;         // 0 host, 1 cuda
-  uint32_t cudaDevice;   // or UINT32_MAX
-  char hostname[64];
+  uint8_t listenAddr[net::SocketAddress::kEncodedSize] = {};
+  uint32_t pid = 0;
+  uint64_t hostHash = 0;
+  uint32_t mode = 0;                 // 0 host, 1 cuda
+  uint32_t cudaDevice = UINT32_MAX;  // or UINT32_MAX
+  std::string hostname;              // at most kMaxHostnameBytes
 };
+constexpr uint32_t kRankInfoVersion = 1;
+constexpr size_t kMaxHostnameBytes = 255;
+constexpr uint32_t kMaxRankInfoBytes = 64 << 10;  // room for what later versions carry
 
-// A RankInfo from another process: its hostname may lack a terminator.
-inline void terminate(RankInfo* info) { info->hostname[sizeof info->hostname - 1] = '\0'; }
+std::vector<uint8_t> encode(const RankInfo& info);
+// Any bytes: an error (kRemoteError) unless a whole blob of this version.
+Result<RankInfo> decodeRankInfo(std::span<const uint8_t> blob);
 
-// Root -> rank once everybody joined (status 0, then nranks RankInfo), or a
-// failure (status != 0, then `length` bytes of text).
+// A table of nranks blobs, each preceded by its length (u32), as the
+// rendezvous root sends it.
+constexpr uint64_t kMaxTableBytes = uint64_t(1) << 30;
+void appendTableEntry(std::span<const uint8_t> blob, std::vector<uint8_t>* table);
+Result<std::vector<RankInfo>> decodeTable(std::span<const uint8_t> table, int nranks);
+
+// Root -> rank once everybody joined (status 0, then the table of nranks
+// RankInfo blobs), or a failure (status != 0, then `length` bytes of text).
 struct Reply {
   uint32_t magic;
   uint32_t status;

@@ -1,7 +1,8 @@
 // Fuzz target `hello`: the first bytes a rank's listener reads from a
 // stranger (wire::Hello and its payload, checked by checkHello), and the
 // rendezvous root's answer as the joining rank reads it (wire::Reply and the
-// table or failure text after it, checked by checkRootReply).
+// table of RankInfo blobs or failure text after it, checked by
+// checkRootReply and wire::decodeTable).
 //
 // Input: [nranks - 1 : u8] then the bytes on the wire, read both as a Hello
 // (+ payload) and as a Reply (+ what follows), as the two readers would.
@@ -75,12 +76,18 @@ void rankReadsReply(std::string_view wireBytes, int nranks) {
     in.bytes(text.data(), text.size());
     return;
   }
-  FUZZ_CHECK(reply.length == uint64_t(nranks) * sizeof(wire::RankInfo));
-  std::vector<wire::RankInfo> table(static_cast<size_t>(nranks));
-  in.bytes(table.data(), reply.length);
-  for (auto& info : table) {
-    wire::terminate(&info);
-    FUZZ_CHECK(strnlen(info.hostname, sizeof info.hostname) < sizeof info.hostname);
+  // The rank allocates reply.length bytes.
+  FUZZ_CHECK(reply.length >= uint64_t(nranks) * 8 && reply.length <= wire::kMaxTableBytes);
+  const std::string_view raw = in.view(reply.length);
+  auto table = wire::decodeTable({reinterpret_cast<const uint8_t*>(raw.data()), raw.size()}, nranks);
+  FUZZ_TRACE("table: %s\n", table.isOk() ? "decoded" : table.status().message().c_str());
+  if (!table.isOk()) {
+    FUZZ_CHECK(table.status().code() == Code::kRemoteError && !table.status().message().empty());
+    return;
+  }
+  FUZZ_CHECK(table->size() == size_t(nranks));
+  for (const auto& info : *table) {
+    FUZZ_CHECK(info.hostname.size() <= wire::kMaxHostnameBytes);
     auto addr = net::SocketAddress::decode(info.listenAddr);
     if (addr.isOk()) (void)addr->toString();
   }

@@ -3,7 +3,8 @@
 
 Seeds are small valid and near-valid inputs in each target's input format
 (see the comment at the top of fuzz_<target>.cc). The layouts below mirror
-src/core/wire.h, transport/tcp/connection.h and transport/shm/inbox.h
+src/core/wire.{h,cc}, transport/tcp/connection.h, transport/shm/inbox.h and
+transport/shm/endpoint.cc
 (little-endian, natural alignment). Run again after changing a format:
     python3 tests/fuzz/make_corpus.py
 """
@@ -35,9 +36,17 @@ def hello(kind, from_rank, to_rank, channel=0, index=0, count=0, payload=0, secr
                        count, payload)
 
 
-def rank_info(addr, pid, host, host_hash=0x1234, mode=0, cuda=0xFFFFFFFF):
-    name = host if len(host) >= 64 else host + bytes(64 - len(host))
-    return addr + struct.pack("<IQII", pid, host_hash, mode, cuda) + name
+def rank_info(addr, pid, host, host_hash=0x1234, mode=0, cuda=0xFFFFFFFF, version=1):
+    return struct.pack("<I", version) + addr + struct.pack("<IQIII", pid, host_hash, mode, cuda, len(host)) + host
+
+
+def table(*blobs):
+    return b"".join(struct.pack("<I", len(b)) + b for b in blobs)
+
+
+def shm_endpoint(nonce=77, inbox_bytes=1 << 20, pid=4242, memfd=5, wake_fd=6, layout=2, version=1,
+                 magic=0x637344686D536F4C):
+    return struct.pack("<IQQQiiiI", version, magic, nonce, inbox_bytes, pid, memfd, wake_fd, layout)
 
 
 def reply(status, length, magic=REPLY_MAGIC):
@@ -54,28 +63,46 @@ def seeds_hello():
         "abort_notice": bytes([3]) + hello(KIND_NOTICE, 3, 1, payload=len(notice)) + notice,
         "wrong_secret": bytes([3]) + hello(KIND_DATA, 0, 1, count=1, secret=(1, 2)),
         "oversized_payload": bytes([3]) + hello(KIND_NOTICE, 2, 1, payload=5000) + b"x" * 16,
-        "join_sent_to_rank": bytes([3]) + hello(KIND_JOIN, 0, 1, payload=112),
-        "reply_table": bytes([1]) + reply(0, 2 * 112) + info + info2,
+        "join_sent_to_rank": bytes([3]) + hello(KIND_JOIN, 0, 1, payload=len(info)) + info,
+        "reply_table": bytes([1]) + reply(0, len(table(info, info2))) + table(info, info2),
         "reply_failure": bytes([0]) + reply(1, 28) + b"rank 3 joined twice (pids 1)",
         "reply_oversized": bytes([7]) + reply(2, 100000) + b"init failed",
-        "reply_short_table": bytes([4]) + reply(0, 112) + info,
+        "reply_short_table": bytes([4]) + reply(0, len(table(info))) + table(info),
     }
 
 
 def seeds_root_join():
-    def join(rank, nranks, host=b"host", payload=112, secret=SECRET, kind=KIND_JOIN):
-        return hello(kind, rank, nranks, payload=payload, secret=secret, comm=0) + rank_info(
-            addr_v4([10, 0, 0, rank & 255], 29500 + (rank & 1023)), 1000 + rank, host)
+    def join(rank, nranks, host=b"host", payload=None, secret=SECRET, kind=KIND_JOIN, version=1):
+        info = rank_info(addr_v4([10, 0, 0, rank & 255], 29500 + (rank & 1023)), 1000 + rank, host, version=version)
+        return hello(kind, rank, nranks, payload=len(info) if payload is None else payload, secret=secret,
+                     comm=0) + info
     return {
         "one_rank": bytes([0]) + join(0, 1),
         "four_ranks": bytes([0]) + join(2, 4) + join(0, 4) + join(3, 4) + join(1, 4),
         "nranks_differ": bytes([4]) + join(1, 4) + join(2, 8),
         "same_rank_twice": bytes([2]) + join(1, 2) + join(1, 2),
-        "unterminated_host": bytes([0]) + join(0, 2, host=b"A" * 64),
+        "long_host": bytes([0]) + join(0, 2, host=b"A" * 255),
+        "too_long_host": bytes([0]) + join(0, 2, host=b"A" * 256),
+        "other_version": bytes([0]) + join(0, 2, version=2),
         "bad_payload": bytes([0]) + join(0, 2, payload=7),
         "rank_out_of_range": bytes([0]) + join(5, 5),
         "wrong_secret": bytes([0]) + join(0, 2, secret=(SECRET[0], 0)),
         "max_ranks": bytes([0]) + join((1 << 20) - 1, 1 << 20),
+    }
+
+
+def seeds_endpoints():
+    info = rank_info(addr_v4([127, 0, 0, 1], 40000), 4242, b"node-a")
+    info2 = rank_info(addr_v6([0] * 15 + [1], 40001), 4243, b"node-b", mode=1, cuda=0)
+    return {
+        "shm": bytes([0]) + shm_endpoint(),
+        "shm_other_version": bytes([0]) + shm_endpoint(version=2),
+        "shm_short": bytes([0]) + shm_endpoint()[:20],
+        "rank_info": bytes([1]) + info,
+        "rank_info_trailing": bytes([1]) + info + b"\0",
+        "rank_info_empty_host": bytes([1]) + rank_info(addr_v4([10, 1, 2, 3], 1), 1, b""),
+        "table_two": bytes([2, 1]) + table(info, info2),
+        "table_one_of_three": bytes([2, 2]) + table(info),
     }
 
 
@@ -241,6 +268,7 @@ def main():
     targets = {
         "hello": seeds_hello(), "root_join": seeds_root_join(), "comm_id": seeds_comm_id(),
         "settings": seeds_settings(), "tcp_frames": seeds_tcp_frames(), "shm_inbox": seeds_shm_inbox(),
+        "endpoints": seeds_endpoints(),
     }
     for target, seeds in targets.items():
         folder = os.path.join(CORPUS, target)

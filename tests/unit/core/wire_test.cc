@@ -1,6 +1,6 @@
-// Messages from other processes are input: the rendezvous join and the
-// listener's hello are checked field by field, and strings inside them are
-// never trusted to be terminated.
+// Messages from other processes are input: the rendezvous join, the
+// versioned rank info blobs and the listener's hello are checked field by
+// field.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -14,7 +14,18 @@ namespace {
 
 const uint64_t kSecret[2] = {11, 22};
 
-wire::Hello join(uint32_t rank, uint32_t nranks) {
+wire::RankInfo sampleInfo() {
+  wire::RankInfo info;
+  for (size_t i = 0; i < sizeof info.listenAddr; ++i) info.listenAddr[i] = uint8_t(i + 1);
+  info.pid = 4242;
+  info.hostHash = 0x1122334455667788ull;
+  info.mode = 1;
+  info.cudaDevice = 3;
+  info.hostname = "node-17.cluster";
+  return info;
+}
+
+wire::Hello join(uint32_t rank, uint32_t nranks, size_t payload) {
   wire::Hello h{};
   h.magic = wire::kHelloMagic;
   h.kind = uint32_t(wire::HelloKind::kRootJoin);
@@ -22,38 +33,117 @@ wire::Hello join(uint32_t rank, uint32_t nranks) {
   h.secret[1] = kSecret[1];
   h.fromRank = rank;
   h.toRank = nranks;
-  h.payload = sizeof(wire::RankInfo);
+  h.payload = uint32_t(payload);
   return h;
 }
 
-TEST(Wire, JoinHostnameIsTerminatedWhateverThePeerSent) {
+void expectSame(const wire::RankInfo& a, const wire::RankInfo& b) {
+  EXPECT_EQ(std::memcmp(a.listenAddr, b.listenAddr, sizeof a.listenAddr), 0);
+  EXPECT_EQ(a.pid, b.pid);
+  EXPECT_EQ(a.hostHash, b.hostHash);
+  EXPECT_EQ(a.mode, b.mode);
+  EXPECT_EQ(a.cudaDevice, b.cudaDevice);
+  EXPECT_EQ(a.hostname, b.hostname);
+}
+
+TEST(Wire, RankInfoRoundTripsAndStartsWithItsVersion) {
+  const auto blob = wire::encode(sampleInfo());
+  ASSERT_GE(blob.size(), 4u);
+  EXPECT_EQ(blob[0] | blob[1] << 8 | blob[2] << 16 | blob[3] << 24, int(wire::kRankInfoVersion));
+  auto back = wire::decodeRankInfo(blob);
+  ASSERT_TRUE(back.isOk()) << back.status().message();
+  expectSame(*back, sampleInfo());
+  // Variable length: the hostname's size decides the blob's.
+  wire::RankInfo longer = sampleInfo();
+  longer.hostname += ".example.org";
+  EXPECT_EQ(wire::encode(longer).size(), blob.size() + 12);
+}
+
+TEST(Wire, RankInfoRefusesOtherVersionsShortLongAndOversizedBlobs) {
+  const auto blob = wire::encode(sampleInfo());
+  auto refused = [](std::vector<uint8_t> b, const char* needle) {
+    auto r = wire::decodeRankInfo(b);
+    ASSERT_FALSE(r.isOk()) << needle;
+    EXPECT_EQ(r.status().code(), Code::kRemoteError);
+    EXPECT_NE(r.status().message().find(needle), std::string::npos) << r.status().message();
+  };
+  auto other = blob;
+  other[0] = uint8_t(wire::kRankInfoVersion + 1);
+  refused(other, "version 2, this build reads version 1");
+  refused(std::vector<uint8_t>(blob.begin(), blob.end() - 1), "truncated");
+  refused(std::vector<uint8_t>(blob.begin(), blob.begin() + 2), "truncated");
+  auto trailing = blob;
+  trailing.push_back(0);
+  refused(trailing, "trailing");
+  // A hostname length beyond the limit is refused before anything is read.
+  wire::RankInfo big = sampleInfo();
+  big.hostname.assign(wire::kMaxHostnameBytes, 'h');
+  auto atLimit = wire::encode(big);
+  ASSERT_TRUE(wire::decodeRankInfo(atLimit).isOk());
+  const size_t lengthAt = atLimit.size() - wire::kMaxHostnameBytes - 4;
+  atLimit[lengthAt + 1] = 1;  // 255 + 256 bytes
+  refused(atLimit, "oversized string");
+  refused(std::vector<uint8_t>(wire::kMaxRankInfoBytes + 1, 1), "oversized rank info");
+}
+
+TEST(Wire, TableOfBlobsDecodesInRankOrderAndRefusesDamage) {
+  std::vector<uint8_t> table;
+  wire::RankInfo a = sampleInfo(), b = sampleInfo();
+  b.pid = 7;
+  b.hostname = "b";
+  wire::appendTableEntry(wire::encode(a), &table);
+  wire::appendTableEntry(wire::encode(b), &table);
+  auto decoded = wire::decodeTable(table, 2);
+  ASSERT_TRUE(decoded.isOk()) << decoded.status().message();
+  ASSERT_EQ(decoded->size(), 2u);
+  expectSame((*decoded)[0], a);
+  expectSame((*decoded)[1], b);
+  EXPECT_NE(wire::decodeTable(table, 3).status().message().find("ends before rank 2"), std::string::npos);
+  EXPECT_NE(wire::decodeTable(table, 1).status().message().find("trailing"), std::string::npos);
+  auto damaged = table;
+  damaged[0] = 0xff;  // rank 0's length runs past the table
+  EXPECT_NE(wire::decodeTable(damaged, 2).status().message().find("bad entry for rank 0"), std::string::npos);
+  damaged = table;
+  damaged[4 + 4] ^= 0x55;  // inside rank 0's blob (its listen address) still decodes...
+  EXPECT_TRUE(wire::decodeTable(damaged, 2).isOk());
+  damaged = table;
+  damaged[4] = 9;  // ...but not another version
+  EXPECT_NE(wire::decodeTable(damaged, 2).status().message().find("rank 0's entry"), std::string::npos);
+}
+
+TEST(Wire, JoinDecodesTheBlobItAnnounced) {
+  const auto blob = wire::encode(sampleInfo());
   wire::RankInfo info;
-  std::memset(&info, 'A', sizeof info);  // no terminator anywhere
-  ASSERT_TRUE(checkJoin(join(1, 4), &info, kSecret, 0).isOk());
-  EXPECT_EQ(std::strlen(info.hostname), sizeof info.hostname - 1);
+  ASSERT_TRUE(checkJoin(join(1, 4, blob.size()), blob, &info, kSecret, 0).isOk());
+  expectSame(info, sampleInfo());
 }
 
 TEST(Wire, JoinRefusals) {
-  wire::RankInfo info{};
-  auto refused = [&](wire::Hello h, int sofar, const char* needle) {
-    Status s = checkJoin(h, &info, kSecret, sofar);
+  const auto blob = wire::encode(sampleInfo());
+  wire::RankInfo info;
+  auto refused = [&](wire::Hello h, int sofar, const char* needle, std::vector<uint8_t> payload = {}) {
+    if (payload.empty()) payload = blob;
+    Status s = checkJoin(h, payload, &info, kSecret, sofar);
     EXPECT_EQ(s.code(), Code::kInvalidArgument) << needle;
     EXPECT_NE(s.message().find(needle), std::string::npos) << s.message();
   };
-  wire::Hello h = join(1, 4);
+  const size_t n = blob.size();
+  wire::Hello h = join(1, 4, n);
   h.magic ^= 1;
   refused(h, 0, "not a loom join");
-  h = join(1, 4);
+  h = join(1, 4, n);
   h.secret[1] ^= 1;
   refused(h, 0, "wrong secret");
-  h = join(1, 4);
-  h.payload = 7;
-  refused(h, 0, "payload");
-  refused(join(1, 0), 0, "out of range");
-  refused(join(0, wire::kMaxRanks + 1), 0, "out of range");
-  refused(join(1, 4), 5, "other ranks said 5");
-  refused(join(4, 4), 0, "out of range for nranks=4");
-  EXPECT_TRUE(checkJoin(join(3, 4), &info, kSecret, 4).isOk());
+  refused(join(1, 4, n + 1), 0, "payload");  // announced more than came
+  refused(join(1, 4, wire::kMaxRankInfoBytes + 1), 0, "payload", std::vector<uint8_t>(wire::kMaxRankInfoBytes + 1));
+  refused(join(1, 0, n), 0, "out of range");
+  refused(join(0, wire::kMaxRanks + 1, n), 0, "out of range");
+  refused(join(1, 4, n), 5, "other ranks said 5");
+  refused(join(4, 4, n), 0, "out of range for nranks=4");
+  auto otherVersion = blob;
+  otherVersion[0] ^= 0x40;
+  refused(join(2, 4, n), 0, "same loom build", otherVersion);
+  EXPECT_TRUE(checkJoin(join(3, 4, n), blob, &info, kSecret, 4).isOk());
 }
 
 TEST(Wire, HelloRefusals) {

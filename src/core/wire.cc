@@ -1,0 +1,62 @@
+#include "core/wire.h"
+
+#include "transport/endpoint.h"
+
+namespace loom::core::wire {
+
+std::vector<uint8_t> encode(const RankInfo& info) {
+  std::vector<uint8_t> out;
+  transport::EndpointWriter w(&out, kRankInfoVersion);
+  w.putBytes(info.listenAddr, sizeof info.listenAddr);
+  w.put(info.pid);
+  w.put(info.hostHash);
+  w.put(info.mode);
+  w.put(info.cudaDevice);
+  w.putString(std::string_view(info.hostname).substr(0, kMaxHostnameBytes));
+  return out;
+}
+
+Result<RankInfo> decodeRankInfo(std::span<const uint8_t> blob) {
+  if (blob.size() > kMaxRankInfoBytes) return remoteError("the peer sent an oversized rank info");
+  transport::EndpointReader r(blob, "rank info");
+  LOOM_TRY(r.expectVersion(kRankInfoVersion));
+  RankInfo info;
+  r.getBytes(info.listenAddr, sizeof info.listenAddr);
+  r.get(&info.pid);
+  r.get(&info.hostHash);
+  r.get(&info.mode);
+  r.get(&info.cudaDevice);
+  r.getString(&info.hostname, kMaxHostnameBytes);
+  LOOM_TRY(r.finish());
+  return info;
+}
+
+void appendTableEntry(std::span<const uint8_t> blob, std::vector<uint8_t>* table) {
+  const auto n = uint32_t(blob.size());
+  for (int i = 0; i < 4; ++i) table->push_back(uint8_t(n >> (8 * i)));
+  table->insert(table->end(), blob.begin(), blob.end());
+}
+
+Result<std::vector<RankInfo>> decodeTable(std::span<const uint8_t> table, int nranks) {
+  std::vector<RankInfo> out;
+  out.reserve(size_t(nranks));
+  size_t at = 0;
+  for (int r = 0; r < nranks; ++r) {
+    if (table.size() - at < 4) return remoteError("the table of ranks ends before rank " + std::to_string(r));
+    uint32_t n = 0;
+    for (int i = 0; i < 4; ++i) n |= uint32_t(table[at + size_t(i)]) << (8 * i);
+    at += 4;
+    if (n > kMaxRankInfoBytes || table.size() - at < n) {
+      return remoteError("the table of ranks has a bad entry for rank " + std::to_string(r));
+    }
+    auto info = decodeRankInfo(table.subspan(at, n));
+    if (!info.isOk()) return info.takeStatus().addContext("rank " + std::to_string(r) + "'s entry");
+    out.push_back(std::move(info.value()));
+    at += n;
+  }
+  if (at != table.size()) return remoteError("the table of ranks has " + std::to_string(table.size() - at) +
+                                             " unexpected trailing bytes");
+  return out;
+}
+
+}  // namespace loom::core::wire
