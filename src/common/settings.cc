@@ -43,10 +43,17 @@ constexpr Spec kTable[] = {
     {"NCCL_SOCKET_FAMILY", T::kString, "", "NET",
      "AF_INET or AF_INET6 to restrict interface selection to one address family."},
     {"LOOM_SOCKETS_PER_PEER", T::kInt, "2", "NET",
-     "TCP sockets per peer pair; messages of at least LOOM_SOCKET_STRIPE_MIN bytes are striped "
-     "over all of them (1..16)."},
+     "TCP sockets per connection (one connection per peer and channel); messages of at least "
+     "LOOM_SOCKET_STRIPE_MIN bytes are striped over all of them (1..16)."},
     {"LOOM_SOCKET_STRIPE_MIN", T::kInt, "65536", "NET",
      "Smallest message (bytes) that is striped over several sockets."},
+
+    {"NCCL_MIN_NCHANNELS", T::kInt, "1", "COLL",
+     "Channels a communicator uses at least: independent connections per peer pair, each with its "
+     "own ordering; AllReduce, Broadcast and Reduce of at least 256 KiB per channel are split "
+     "across them. Capped by NCCL_MAX_NCHANNELS; 1..32."},
+    {"NCCL_MAX_NCHANNELS", T::kInt, "32", "COLL",
+     "Channels a communicator uses at most (see NCCL_MIN_NCHANNELS)."},
 
     {"NCCL_HOSTID", T::kString, "", "INIT",
      "Host identity override: ranks with the same value are treated as one host. Default: "

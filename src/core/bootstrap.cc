@@ -217,6 +217,7 @@ Status checkHello(const wire::Hello& h, const Bootstrap::Identity& self) {
   if (h.payload > wire::kMaxNoticeBytes) return invalidArgument("a hello with an oversized payload");
   if (h.kind == uint32_t(wire::HelloKind::kData) && (h.count < 1 || h.count > 16 || h.index >= h.count))
     return invalidArgument("a data hello with a bad socket count");
+  if (h.channel >= wire::kMaxChannels) return invalidArgument("a hello with a bad channel");
   return Status::ok();
 }
 
@@ -307,7 +308,7 @@ void Bootstrap::service() {
           notices_.push_back(Notice{int(h.fromRank),
                                     std::string(reinterpret_cast<char*>(p.buf.data()) + sizeof h, h.payload)});
         } else {
-          if (h.kind == uint32_t(wire::HelloKind::kData)) dataSockets_[int(h.fromRank)] = int(h.count);
+          if (h.kind == uint32_t(wire::HelloKind::kData)) dataSockets_[{int(h.fromRank), h.channel}] = int(h.count);
           stash_[Key{h.kind, int(h.fromRank), h.channel, h.index}] = std::move(p.fd);
         }
         news = true;
@@ -345,8 +346,8 @@ std::optional<net::UniqueFd> Bootstrap::take(wire::HelloKind kind, int from, uin
   return fd;
 }
 
-int Bootstrap::socketCount(int from) const {
-  auto it = dataSockets_.find(from);
+int Bootstrap::socketCount(int from, uint32_t channel) const {
+  auto it = dataSockets_.find({from, channel});
   return it == dataSockets_.end() ? 0 : it->second;
 }
 

@@ -105,8 +105,9 @@ class Bootstrap {
   bool refuses(int peer) const;
   // An authenticated socket stashed by service(), if it arrived.
   std::optional<net::UniqueFd> take(wire::HelloKind kind, int from, uint32_t channel, uint32_t index);
-  // Sockets announced by `from` for its data connection to us (0: none yet).
-  int socketCount(int from) const;
+  // Sockets announced by `from` for its data connection to us on `channel`
+  // (0: none yet).
+  int socketCount(int from, uint32_t channel) const;
   // Abort notices received so far (consumed).
   std::vector<Notice> takeNotices();
 
@@ -135,7 +136,7 @@ class Bootstrap {
   std::vector<Pending> pending_;
   std::map<Key, net::UniqueFd> stash_;
   std::vector<Notice> notices_;
-  std::map<int, int> dataSockets_;  // from rank -> announced socket count
+  std::map<std::pair<int, uint32_t>, int> dataSockets_;  // (from rank, channel) -> announced socket count
   net::UniqueFd news_;  // eventfd, see pollFds()
   bool newsSignalled_ = false;
 };

@@ -58,6 +58,8 @@ CommOptions CommOptions::fromSettings() {
   int64_t chunk = cfg->getInt("LOOM_CHUNK_BYTES");
   if (chunk <= 0) chunk = std::max<int64_t>(cfg->getInt("NCCL_BUFFSIZE") / 8, 64 * 1024);
   o.sliceBytes = size_t(std::max<int64_t>(chunk, 4096));
+  const auto maxChannels = std::clamp<int64_t>(cfg->getInt("NCCL_MAX_NCHANNELS"), 1, 32);
+  o.channels = int(std::clamp<int64_t>(cfg->getInt("NCCL_MIN_NCHANNELS"), 1, maxChannels));
   o.timeoutS = double(cfg->getInt("LOOM_TIMEOUT_S"));
   o.initTimeoutS = double(std::max<int64_t>(cfg->getInt("LOOM_INIT_TIMEOUT_S"), 1));
   o.link.selection = transport::Selection::fromSettings();
@@ -235,16 +237,16 @@ Status Communicator::connectPeersAtInit() {
                           " mode; set the same LOOM_DEVICE on every rank");
     }
   }
-  conns_.resize(size_t(nranks_));
-  connPtrs_.assign(size_t(nranks_), nullptr);
+  conns_.resize(size_t(nranks_) * size_t(options_.channels));
+  connPtrs_.assign(conns_.size(), nullptr);
   // Ring neighbours are connected now, so a rank that dies before the first
   // operation is noticed by its connections closing.
   std::vector<int> ring{(rank_ + 1) % nranks_, (rank_ + nranks_ - 1) % nranks_};
   LOOM_TRY(connectAll(ring, Deadline::afterSeconds(options_.initTimeoutS)));
   setState(State::kReady);
   auto net = options_.link.selection.network();
-  LOOM_INFO(log::kInit, "%s ready (%d ranks, network %s, %d sockets per peer)", describe().c_str(), nranks_,
-            net.isOk() ? net->c_str() : "?",
+  LOOM_INFO(log::kInit, "%s ready (%d ranks, network %s, %d channel(s), %d sockets per connection)",
+            describe().c_str(), nranks_, net.isOk() ? net->c_str() : "?", options_.channels,
             options_.link.socketsPerPeer);
   return Status::ok();
 }
@@ -373,15 +375,16 @@ void Communicator::pollFdsForNotices(std::vector<pollfd>* fds) {
   if (bootstrap_) bootstrap_->pollFds(fds);
 }
 
-Status Communicator::connectStep(const std::vector<int>& peers, bool* ready) {
+Status Communicator::connectStep(const std::vector<int>& links, bool* ready) {
   *ready = true;
-  for (int p : peers) {
-    if (connPtrs_[size_t(p)]) continue;
-    auto& link = links_[p];
+  for (int l : links) {
+    if (connPtrs_[size_t(l)]) continue;
+    const int p = l % nranks_, channel = l / nranks_;
+    auto& link = links_[l];
     if (!link) {
       LinkOptions lo = options_.link;
       lo.connectTimeoutS = options_.initTimeoutS;
-      link = std::make_unique<PeerLink>(rank_, p, lo);
+      link = std::make_unique<PeerLink>(rank_, p, channel, lo);
     }
     bool linkReady = false;
     {
@@ -395,11 +398,11 @@ Status Communicator::connectStep(const std::vector<int>& peers, bool* ready) {
       continue;
     }
     auto conn = link->take();
-    links_.erase(p);
-    LOOM_INFO(log::kInit, "%s: connection to %s via %s", describe().c_str(), describePeer(p).c_str(),
-              conn->kind());
-    connPtrs_[size_t(p)] = conn.get();
-    conns_[size_t(p)] = std::move(conn);
+    links_.erase(l);
+    LOOM_INFO(log::kInit, "%s: connection to %s on channel %d via %s", describe().c_str(),
+              describePeer(p).c_str(), channel, conn->kind());
+    connPtrs_[size_t(l)] = conn.get();
+    conns_[size_t(l)] = std::move(conn);
   }
   return Status::ok();
 }
@@ -408,13 +411,13 @@ void Communicator::pollFdsForLinks(std::vector<pollfd>* fds) const {
   for (const auto& [peer, link] : links_) link->pollFds(fds);
 }
 
-Status Communicator::connectAll(const std::vector<int>& peers, Deadline deadline) {
+Status Communicator::connectAll(const std::vector<int>& links, Deadline deadline) {
   constexpr double kProbePeriodS = 0.5;
   Clock::time_point lastProbe = Clock::now();
   std::vector<int> refusedBefore;
   for (;;) {
     bool ready = false;
-    LOOM_TRY(connectStep(peers, &ready));
+    LOOM_TRY(connectStep(links, &ready));
     if (ready) return Status::ok();
     if (aborted()) return invalidUsage("communicator aborted");
     // A peer that must connect to this rank and died during setup never
@@ -422,8 +425,9 @@ Status Communicator::connectAll(const std::vector<int>& peers, Deadline deadline
     if (secondsSince(lastProbe) > kProbePeriodS) {
       lastProbe = Clock::now();
       std::vector<int> refused;
-      for (int p : peers) {
-        if (p >= rank_ || connPtrs_[size_t(p)] || !bootstrap_->refuses(p)) continue;
+      for (int l : links) {
+        const int p = l % nranks_;
+        if (p >= rank_ || connPtrs_[size_t(l)] || !bootstrap_->refuses(p)) continue;
         if (std::find(refusedBefore.begin(), refusedBefore.end(), p) != refusedBefore.end())
           return remoteError(describePeer(p) + " died during setup: its listener refuses connections");
         refused.push_back(p);
@@ -432,8 +436,8 @@ Status Communicator::connectAll(const std::vector<int>& peers, Deadline deadline
     }
     if (deadline.expired()) {
       std::string missing;
-      for (int p : peers)
-        if (!connPtrs_[size_t(p)]) missing += " " + describePeer(p);
+      for (int l : links)
+        if (!connPtrs_[size_t(l)]) missing += " " + describePeer(l % nranks_);
       return remoteError("timed out waiting for data connections from:" + missing);
     }
     // Sleep until the listener, a link's socket or an abort has news; the

@@ -51,6 +51,7 @@ struct CommOptions {
   std::string name;
   LinkOptions link;  // its connectTimeoutS follows initTimeoutS
   size_t sliceBytes = 512 * 1024;
+  int channels = 1;  // connections per peer pair (plans address (peer, channel))
   double timeoutS = 1800;
   double initTimeoutS = 300;
   // Filled from the settings; the API layer then applies ncclConfig_t.
@@ -167,14 +168,17 @@ class Communicator {
   const std::atomic<bool>* abortFlag() const { return &abort_; }
   int wakeFd() const { return wakeFd_.get(); }
 
-  // Data connections: one step of getting `peers` connected without
-  // blocking; *ready when all are. Loopback for the rank itself.
-  Status connectStep(const std::vector<int>& peers, bool* ready);
+  // Data connections, one per peer and channel: the table's entry
+  // linkIndex(peer, channel, nranks) (core/plan.h). One step of getting
+  // `links` (such entries) connected without blocking; *ready when all
+  // are. The rank's own entries connect it to itself.
+  Status connectStep(const std::vector<int>& links, bool* ready);
+  int nchannels() const { return options_.channels; }
   // What wakes a wait for connectStep(): the sockets of links being set up
   // (the listener is in pollFdsForNotices()).
   void pollFdsForLinks(std::vector<pollfd>* fds) const;
   // Blocking version (init, tests).
-  Status connectAll(const std::vector<int>& peers, Deadline deadline);
+  Status connectAll(const std::vector<int>& links, Deadline deadline);
   std::span<transport::Connection* const> connections() const { return connPtrs_; }
 
   std::mutex& opMutex() { return opMutex_; }

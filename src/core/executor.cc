@@ -64,6 +64,17 @@ Result<std::unique_ptr<PlanRunner>> PlanRunner::create(const Plan* plan, std::ve
                                                        kernels::Reduction reduction, bool reducing,
                                                        std::span<Connection* const> conns, Scratch* scratch,
                                                        RegistrationCache* registrations) {
+  for (const Stream& st : plan->streams) {
+    for (const Step& s : st.steps) {
+      for (int peer : {s.recvPeer, s.sendPeer}) {
+        if (peer >= 0 && (st.channel < 0 || linkIndex(peer, st.channel, plan->nranks) >= conns.size() ||
+                          !conns[linkIndex(peer, st.channel, plan->nranks)])) {
+          return internalError("a plan step uses rank " + std::to_string(peer) + " on channel " +
+                               std::to_string(st.channel) + ", which has no connection");
+        }
+      }
+    }
+  }
   std::unique_ptr<PlanRunner> r(new PlanRunner(plan, std::move(buffers), reduction, reducing, conns));
   r->registrations_ = registrations;
   size_t total = 0;
@@ -82,10 +93,11 @@ PlanRunner::PlanRunner(const Plan* plan, std::vector<std::byte*> buffers, kernel
     : plan_(plan), buffers_(std::move(buffers)), reduction_(reduction), reducing_(reducing),
       conns_(conns), streams_(plan->streams.size()) {
   for (size_t i = 0; i < plan->streams.size(); ++i) {
+    streams_[i].channel = plan->streams[i].channel;
     for (const Step& s : plan->streams[i].steps) {
       for (int peer : {s.recvPeer, s.sendPeer}) {
         if (peer < 0) continue;
-        Connection* c = conns_[size_t(peer)];
+        Connection* c = conn(streams_[i], peer);
         if (std::find(used_.begin(), used_.end(), c) == used_.end()) used_.push_back(c);
       }
     }
@@ -208,7 +220,7 @@ bool PlanRunner::startStep(const Step& step, StreamState& st, Status* error) {
     st.sink.post = step.post;
     if (!step.out.valid() || !writeBlocked(st.sink.dst, step.bytes)) st.recv.sink = &st.sink;
   }
-  Connection* c = conns_[size_t(step.recvPeer)];
+  Connection* c = conn(st, step.recvPeer);
   *error = attachRegion(*c, st.recv);
   if (error->isOk()) *error = c->postRecv(&st.recv);
   if (error->isOk()) *error = c->progress();
@@ -270,7 +282,7 @@ Status PlanRunner::compute(const Step& step, StreamState& st) {
   PendingSend& ps = st.sends.back();
   ps.xfer.data = const_cast<std::byte*>(result);
   ps.xfer.bytes = step.bytes;
-  Connection* c = conns_[size_t(step.sendPeer)];
+  Connection* c = conn(st, step.sendPeer);
   Status s = attachRegion(*c, ps.xfer);
   if (s.isOk()) s = c->postSend(&ps.xfer);
   if (s.isOk()) s = c->progress();

@@ -98,6 +98,7 @@ class PlanRunner {
     int peer;
   };
   struct StreamState {
+    int channel = 0;  // of the plan's stream
     size_t next = 0;  // index of the current step
     Phase phase = Phase::kStart;
     transport::Transfer recv;
@@ -116,6 +117,9 @@ class PlanRunner {
   void retireSends(StreamState& st, bool* progressed);
   bool writeBlocked(const std::byte* begin, size_t bytes) const;
   std::byte* ptr(const BufRef& ref) const { return buffers_[size_t(ref.buf)] + ref.offset; }
+  transport::Connection* conn(const StreamState& st, int peer) const {
+    return conns_[linkIndex(peer, st.channel, plan_->nranks)];
+  }
 
   const Plan* plan_;
   std::vector<std::byte*> buffers_;

@@ -42,7 +42,7 @@ struct Task {
   const void* scalarPtr = nullptr;
   bool reducing = false;
   std::string name;
-  std::vector<int> peers;
+  std::vector<int> links;  // the connections the plan uses (linkIndex)
 };
 
 struct CommRun {
@@ -53,16 +53,16 @@ struct CommRun {
   bool done() const { return current >= tasks.size(); }
 };
 
-std::vector<int> peersOf(const Plan& plan) {
-  std::vector<int> peers;
+std::vector<int> linksOf(const Plan& plan) {
+  std::vector<int> links;
   for (const Stream& s : plan.streams)
     for (const Step& st : s.steps) {
-      if (st.recvPeer >= 0) peers.push_back(st.recvPeer);
-      if (st.sendPeer >= 0) peers.push_back(st.sendPeer);
+      for (int peer : {st.recvPeer, st.sendPeer})
+        if (peer >= 0) links.push_back(int(linkIndex(peer, s.channel, plan.nranks)));
     }
-  std::sort(peers.begin(), peers.end());
-  peers.erase(std::unique(peers.begin(), peers.end()), peers.end());
-  return peers;
+  std::sort(links.begin(), links.end());
+  links.erase(std::unique(links.begin(), links.end()), links.end());
+  return links;
 }
 
 std::string opLabel(const OpDesc& op, uint64_t seq) {
@@ -74,6 +74,7 @@ std::string opLabel(const OpDesc& op, uint64_t seq) {
 
 Status buildTasks(Communicator* comm, const std::vector<OpDesc>& ops, std::vector<Task>* tasks) {
   PlanParams params{comm->rank(), comm->nranks(), comm->options().sliceBytes};
+  params.channels = comm->nchannels();
   std::vector<OpDesc> p2p;
   for (const OpDesc& op : ops) {
     if (isPointToPoint(op.kind)) {
@@ -88,7 +89,7 @@ Status buildTasks(Communicator* comm, const std::vector<OpDesc>& ops, std::vecto
     t.scalarPtr = op.scalarPtr;
     t.reducing = isReducing(op.kind);
     t.name = opLabel(op, comm->nextSeq());
-    t.peers = peersOf(t.plan);
+    t.links = linksOf(t.plan);
     tasks->push_back(std::move(t));
   }
   if (!p2p.empty()) {
@@ -103,7 +104,7 @@ Status buildTasks(Communicator* comm, const std::vector<OpDesc>& ops, std::vecto
     t.name = p2p.size() == 1 ? opLabel(p2p[0], comm->nextSeq())
                              : "group of " + std::to_string(p2p.size()) + " point-to-point calls #" +
                                    std::to_string(comm->nextSeq());
-    t.peers = peersOf(t.plan);
+    t.links = linksOf(t.plan);
     tasks->push_back(std::move(t));
   }
   return Status::ok();
@@ -151,7 +152,7 @@ class Engine {
     Task& task = cr.tasks[cr.current];
     if (!cr.runner) {
       bool ready = false;
-      LOOM_TRY(comm->connectStep(task.peers, &ready));
+      LOOM_TRY(comm->connectStep(task.links, &ready));
       if (!ready) return Status::ok();
       if (task.scalarPtr) {
         std::memcpy(&task.reduction.scalar, task.scalarPtr, kernels::dataTypeSize(task.reduction.type));
@@ -176,7 +177,11 @@ class Engine {
     std::vector<int> peers;
     if (cr.runner && cr.runner->failedPeer() >= 0) peers.push_back(cr.runner->failedPeer());
     else if (cr.runner) cr.runner->waitingOn(&peers);
-    else if (!cr.done()) peers = cr.tasks[cr.current].peers;
+    else if (!cr.done()) {
+      for (int link : cr.tasks[cr.current].links) peers.push_back(link % cr.comm->nranks());
+      std::sort(peers.begin(), peers.end());
+      peers.erase(std::unique(peers.begin(), peers.end()), peers.end());
+    }
     std::string s;
     for (int p : peers) s += (s.empty() ? "" : ", ") + cr.comm->describePeer(p);
     return s.empty() ? "no peer" : s;

@@ -24,8 +24,8 @@ transport::PeerView viewOf(int rank, const wire::RankInfo& info) {
 
 }  // namespace
 
-PeerLink::PeerLink(int self, int peer, const LinkOptions& options)
-    : self_(self), peer_(peer), options_(options) {}
+PeerLink::PeerLink(int self, int peer, int channel, const LinkOptions& options)
+    : self_(self), peer_(peer), channel_(channel), options_(options) {}
 
 std::unique_ptr<Connection> PeerLink::take() { return std::move(result_); }
 
@@ -86,10 +86,11 @@ Status PeerLink::startNetwork(Bootstrap& bootstrap, const std::atomic<bool>* abo
     if (int(sockets_.size()) < nsock) return Status::ok();
   } else {
     bootstrap.service();
-    while (auto fd = bootstrap.take(wire::HelloKind::kData, peer_, 0, uint32_t(sockets_.size()))) {
+    const auto channel = uint32_t(channel_);
+    while (auto fd = bootstrap.take(wire::HelloKind::kData, peer_, channel, uint32_t(sockets_.size()))) {
       sockets_.push_back(std::move(*fd));
     }
-    const int expected = bootstrap.socketCount(peer_);
+    const int expected = bootstrap.socketCount(peer_, channel);
     if (expected == 0 || int(sockets_.size()) < expected) return Status::ok();
   }
   network_ = transport::openNetwork(peer_, std::move(sockets_), options_.stripeMin);
@@ -141,8 +142,9 @@ Status PeerLink::connectSockets(Bootstrap& bootstrap, const std::atomic<bool>* a
     backoffMs_ = 1;
     // A fresh socket's buffer takes the hello at once; the deadline only
     // guards against a peer that accepted and then stopped reading.
-    Status s = bootstrap.sendHello(connecting_.get(), peer_, wire::HelloKind::kData, 0, uint32_t(sockets_.size()),
-                                   uint32_t(nsock), nullptr, 0, Deadline::afterSeconds(10), abort);
+    Status s = bootstrap.sendHello(connecting_.get(), peer_, wire::HelloKind::kData, uint32_t(channel_),
+                                   uint32_t(sockets_.size()), uint32_t(nsock), nullptr, 0,
+                                   Deadline::afterSeconds(10), abort);
     if (!s.isOk()) return s.addContext("connecting to " + bootstrap.describe(peer_));
     sockets_.push_back(std::move(connecting_));
   }

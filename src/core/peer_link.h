@@ -34,7 +34,8 @@ struct LinkOptions {
 
 class PeerLink {
  public:
-  PeerLink(int self, int peer, const LinkOptions& options);
+  // The connection to `peer` on `channel` (each channel has its own).
+  PeerLink(int self, int peer, int channel, const LinkOptions& options);
 
   // One non-blocking step; *ready once the connection is established.
   Status advance(Bootstrap& bootstrap, const std::atomic<bool>* abort, bool* ready);
@@ -67,7 +68,7 @@ class PeerLink {
   Status finishEndpoint();
   Status finishVerdict();
 
-  int self_, peer_;
+  int self_, peer_, channel_;
   LinkOptions options_;
   Phase phase_ = Phase::kNetwork;
   std::vector<net::UniqueFd> sockets_;  // connected or accepted so far

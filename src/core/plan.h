@@ -1,9 +1,12 @@
 // Plans: what one rank does for one operation, as data.
 //
 // A Plan holds streams; the steps of one stream run in order, streams run
-// concurrently. A collective uses one stream per channel; grouped point-to-
-// point calls use one stream per (peer, direction), so that messages on a
-// connection are posted in the same order on both sides.
+// concurrently. Each stream runs on one channel: its messages go over that
+// channel's connections, so plans address connections as (peer, channel)
+// and a communicator holds one connection per pair and channel. A
+// collective uses one stream per channel; grouped point-to-point calls use
+// one stream per (peer, direction), so that messages on a connection are
+// posted in the same order on both sides.
 //
 // A Step is the unit of the ring/chain/tree pseudocode:
 //   send            : out = pre(local)              -> sendPeer
@@ -45,8 +48,13 @@ struct Step {
 };
 
 struct Stream {
+  int channel = 0;  // the steps' messages use this channel's connections
   std::vector<Step> steps;
 };
+
+// Where the connection to `peer` on `channel` sits in a table of
+// nranks * nchannels connections (the communicator's, the executor's).
+inline size_t linkIndex(int peer, int channel, int nranks) { return size_t(channel) * size_t(nranks) + size_t(peer); }
 
 struct Plan {
   int rank = 0;

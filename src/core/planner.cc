@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "kernels/datatype.h"
+
 namespace loom::core {
 
 Range partition(size_t count, int n, int i, size_t align) {
@@ -27,16 +29,68 @@ Range slice(Range part, size_t maxElems, size_t nslices, size_t s) {
   return r;
 }
 
-Result<Plan> planCollective(const OpDesc& op, const PlanParams& params) {
+namespace {
+
+Plan planOneChannel(const OpDesc& op, const PlanParams& params) {
   switch (op.kind) {
     case OpKind::kAllReduce: return allReduceRing(op, params);
     case OpKind::kAllGather: return allGatherRing(op, params);
     case OpKind::kReduceScatter: return reduceScatterRing(op, params);
     case OpKind::kBroadcast: return broadcastChain(op, params);
-    case OpKind::kReduce: return reduceChain(op, params);
+    default: return reduceChain(op, params);
+  }
+}
+
+// Collectives whose result at element i depends only on element i of the
+// inputs: each channel can run the one-channel plan on a contiguous part.
+bool elementwise(OpKind k) { return k == OpKind::kAllReduce || k == OpKind::kBroadcast || k == OpKind::kReduce; }
+
+}  // namespace
+
+Result<Plan> planCollective(const OpDesc& op, const PlanParams& params) {
+  switch (op.kind) {
+    case OpKind::kAllReduce:
+    case OpKind::kAllGather:
+    case OpKind::kReduceScatter:
+    case OpKind::kBroadcast:
+    case OpKind::kReduce:
+      break;
     default:
       return internalError(std::string("planCollective called for ") + opKindName(op.kind));
   }
+  const size_t es = kernels::dataTypeSize(op.type);
+  const size_t bytes = op.count * es;
+  int channels = std::max(1, params.channels);
+  if (!elementwise(op.kind) || params.nranks == 1) channels = 1;
+  const size_t fit = std::max<size_t>(1, bytes / std::max<size_t>(1, params.channelMinBytes));
+  channels = int(std::min(size_t(channels), fit));
+  if (channels == 1) return planOneChannel(op, params);
+  // Channel c runs the whole algorithm on part c of the vector, on its own
+  // connections: the parts' buffer places shift by the part's start.
+  Plan plan;
+  const size_t align = std::max<size_t>(1, 4096 / es);
+  for (int c = 0; c < channels; ++c) {
+    const Range part = partition(op.count, channels, c, align);
+    if (part.size() == 0) continue;
+    OpDesc sub = op;
+    sub.count = part.size();
+    Plan p = planOneChannel(sub, params);
+    if (plan.streams.empty()) {
+      plan.rank = p.rank;
+      plan.nranks = p.nranks;
+      plan.nbuffers = p.nbuffers;
+      plan.algorithm = p.algorithm;
+    }
+    for (Stream& st : p.streams) {
+      st.channel = c;
+      for (Step& step : st.steps) {
+        for (BufRef* ref : {&step.local, &step.out})
+          if (ref->valid()) ref->offset += part.begin * es;
+      }
+      plan.streams.push_back(std::move(st));
+    }
+  }
+  return plan;
 }
 
 std::string stepName(const Step& s) {
@@ -56,8 +110,8 @@ std::string dumpPlan(const Plan& plan) {
   for (size_t c = 0; c < plan.streams.size(); ++c) {
     for (const Step& s : plan.streams[c].steps) {
       std::snprintf(line, sizeof line,
-                    "  [%zu] %-18s recv<-%d send->%d local=%d+%zu out=%d+%zu bytes=%zu%s\n", c,
-                    stepName(s).c_str(), s.recvPeer, s.sendPeer, s.local.buf, s.local.offset,
+                    "  [%zu] ch%d %-18s recv<-%d send->%d local=%d+%zu out=%d+%zu bytes=%zu%s\n", c,
+                    plan.streams[c].channel, stepName(s).c_str(), s.recvPeer, s.sendPeer, s.local.buf, s.local.offset,
                     s.out.buf, s.out.offset, s.bytes, s.post ? " post" : "");
       out += line;
     }

@@ -15,6 +15,8 @@ struct PlanParams {
   int rank = 0;
   int nranks = 1;
   size_t sliceBytes = 512 * 1024;  // largest message a step sends
+  int channels = 1;                // connections per pair a collective may spread over
+  size_t channelMinBytes = 256 * 1024;  // a channel carries at least this much
 };
 
 // A collective (AllReduce, AllGather, ReduceScatter, Broadcast, Reduce).

@@ -1,5 +1,6 @@
 #include "core/simulator.h"
 
+#include <algorithm>
 #include <cstring>
 #include <deque>
 #include <memory>
@@ -69,15 +70,23 @@ class SimConnection : public transport::Connection {
 Status simulate(const std::vector<Plan>& plans, const std::vector<std::vector<std::byte*>>& buffers,
                 const kernels::Reduction& reduction, bool reducing) {
   const int n = int(plans.size());
-  std::vector<Wire> wires(size_t(n) * size_t(n));  // wires[from * n + to]
+  int nch = 1;
+  for (const Plan& p : plans)
+    for (const Stream& st : p.streams) nch = std::max(nch, st.channel + 1);
+  // wires[(channel * n + from) * n + to]; each rank's table as linkIndex().
+  std::vector<Wire> wires(size_t(nch) * size_t(n) * size_t(n));
+  auto wire = [&](int c, int from, int to) {
+    return &wires[(size_t(c) * size_t(n) + size_t(from)) * size_t(n) + size_t(to)];
+  };
   std::vector<std::unique_ptr<SimConnection>> owned;
   std::vector<std::vector<transport::Connection*>> conns(static_cast<size_t>(n));
   for (int a = 0; a < n; ++a) {
-    conns[size_t(a)].resize(size_t(n));
-    for (int b = 0; b < n; ++b) {
-      owned.push_back(std::make_unique<SimConnection>(a, b, &wires[size_t(a * n + b)],
-                                                      &wires[size_t(b * n + a)]));
-      conns[size_t(a)][size_t(b)] = owned.back().get();
+    conns[size_t(a)].resize(size_t(nch) * size_t(n));
+    for (int c = 0; c < nch; ++c) {
+      for (int b = 0; b < n; ++b) {
+        owned.push_back(std::make_unique<SimConnection>(a, b, wire(c, a, b), wire(c, b, a)));
+        conns[size_t(a)][linkIndex(b, c, n)] = owned.back().get();
+      }
     }
   }
   std::vector<Scratch> scratch(static_cast<size_t>(n));

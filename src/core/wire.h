@@ -22,6 +22,7 @@ constexpr uint32_t kReplyMagic = 0x6c706552;   // "Repl"
 constexpr uint32_t kMaxRanks = 1u << 20;
 constexpr uint32_t kMaxNoticeBytes = 1024;
 constexpr uint32_t kMaxReplyTextBytes = 4096;
+constexpr uint32_t kMaxChannels = 32;  // data connections per peer pair
 
 // The 128-byte ncclUniqueId, as loom fills it.
 struct UniqueIdPayload {

@@ -4,7 +4,9 @@
 // destroy, queries, ncclMemAlloc/Free, registration, premulsum scalars that
 // change after the op is created, ncclBcast, ncclGroupSimulateEnd, and the
 // calls loom does not support yet.
+#include <dirent.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 #include <nccl.h>
 
 #include <atomic>
@@ -78,6 +80,41 @@ TEST(CommFeatures, NcclNetNamesARequiredNetwork) {
     EXPECT_EQ(sum, 2);
   });
   for (ncclComm_t c : comms) EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
+}
+
+// Sockets this process holds (each rank's TCP connections, bootstrap ones).
+int socketFds() {
+  int n = 0;
+  DIR* d = ::opendir("/proc/self/fd");
+  if (!d) return -1;
+  while (dirent* e = ::readdir(d)) {
+    char link[64] = {};
+    const std::string path = std::string("/proc/self/fd/") + e->d_name;
+    if (::readlink(path.c_str(), link, sizeof link - 1) > 0 && std::strncmp(link, "socket:", 7) == 0) ++n;
+  }
+  ::closedir(d);
+  return n;
+}
+
+// Channels: NCCL_MIN_NCHANNELS=3 gives a large AllReduce three connections
+// per pair (opened when first used: here 2 more channels x 2 sockets per
+// connection x 2 ranks), with the right result, on TCP and on shared memory.
+TEST(CommFeatures, ChannelsOpenOneConnectionPerPeerAndChannel) {
+  for (const char* shm : {"NCCL_SHM_DISABLE=1", "NCCL_SHM_DISABLE=0"}) {
+    SCOPED_TRACE(shm);
+    ScopedEnv env({"NCCL_MIN_NCHANNELS=3", "LOOM_SOCKETS_PER_PEER=2", shm});
+    std::vector<ncclComm_t> comms(2);
+    std::vector<int> devs = {0, 0};
+    ASSERT_EQ(ncclCommInitAll(comms.data(), 2, devs.data()), ncclSuccess) << ncclGetLastError(nullptr);
+    allReduceAndCheck(comms, 1000);  // small: channel 0 only
+    const int before = socketFds();
+    allReduceAndCheck(comms, size_t(3) << 20);  // 12 MiB: 4 MiB per channel
+    const int after = socketFds();
+    if (std::strcmp(shm, "NCCL_SHM_DISABLE=1") == 0) EXPECT_EQ(after - before, 2 * 2 * 2);
+    allReduceAndCheck(comms, size_t(3) << 20);  // again, on the same connections
+    EXPECT_EQ(socketFds(), after);
+    destroyAll(comms);
+  }
 }
 
 TEST(CommFeatures, NonBlockingInitReportsInProgressUntilThePeerJoins) {

@@ -41,7 +41,7 @@ class Builder {
         Step{.local = {bufFrom, offFrom}, .out = {bufTo, offTo}, .bytes = bytes});
   }
   void finish() {
-    for (auto& [key, steps] : streams_) plan_->streams.push_back(Stream{std::move(steps)});
+    for (auto& [key, steps] : streams_) plan_->streams.push_back(Stream{.steps = std::move(steps)});
   }
 
  private:

@@ -57,7 +57,7 @@ void sizes(const Case& c, size_t* sendElems, size_t* recvElems) {
 // Input element i of rank r: small values so products stay exact in int64.
 int64_t input(int r, size_t i) { return int64_t((r * 7 + i * 3) % 5) - 1; }
 
-void runCase(const Case& c, size_t sliceBytes) {
+void runCase(const Case& c, size_t sliceBytes, int channels = 1) {
   SCOPED_TRACE(caseName(c));
   const int n = c.nranks;
   const int root = n > 2 ? 2 : 0;
@@ -89,6 +89,8 @@ void runCase(const Case& c, size_t sliceBytes) {
       else d = s;
     }
     PlanParams p{r, n, sliceBytes};
+    p.channels = channels;
+    p.channelMinBytes = 512;  // small vectors spread over channels too
     bool p2p = c.kind == OpKind::kAllToAll || c.kind == OpKind::kGather || c.kind == OpKind::kScatter;
     auto plan = p2p ? planPointToPoint(std::span<const OpDesc>(&op, 1), p) : planCollective(op, p);
     ASSERT_TRUE(plan.isOk()) << plan.status().message();
@@ -169,6 +171,42 @@ TEST(PlanSimulator, LargeSlicesAndOddCounts) {
       runCase(Case{OpKind::kAllGather, n, count, RedOp::kSum, false}, 64 * 1024);
       if (HasFatalFailure()) return;
     }
+}
+
+// Channels: an elementwise collective is split into contiguous parts, each
+// run on its own channel's connections; the others keep one channel.
+TEST(PlanSimulator, ChannelsSplitElementwiseCollectives) {
+  for (OpKind kind : {OpKind::kAllReduce, OpKind::kBroadcast, OpKind::kReduce, OpKind::kAllGather,
+                      OpKind::kReduceScatter})
+    for (int n : {2, 3, 5})
+      for (size_t count : {size_t(0), size_t(1), size_t(1000), size_t(100003)})
+        for (int channels : {2, 3, 4}) {
+          runCase(Case{kind, n, count, RedOp::kSum, count % 2 == 1}, 1024, channels);
+          if (HasFatalFailure()) return;
+        }
+}
+
+TEST(PlanSimulator, ChannelCountFollowsSizeAndKind) {
+  auto channelsUsed = [](OpKind kind, size_t count, int channels) {
+    OpDesc op;
+    op.kind = kind;
+    op.count = count;
+    op.type = DataType::kFloat32;
+    op.reduction = kernels::Reduction{DataType::kFloat32, RedOp::kSum, 0, 1};
+    PlanParams p{0, 4, 512 * 1024};
+    p.channels = channels;
+    auto plan = planCollective(op, p);
+    EXPECT_TRUE(plan.isOk());
+    int used = 0;
+    for (const Stream& st : plan->streams) used = std::max(used, st.channel + 1);
+    return used;
+  };
+  EXPECT_EQ(channelsUsed(OpKind::kAllReduce, size_t(1) << 20, 1), 1);
+  EXPECT_EQ(channelsUsed(OpKind::kAllReduce, size_t(1) << 20, 4), 4);     // 4 MiB: 1 MiB per channel
+  EXPECT_EQ(channelsUsed(OpKind::kAllReduce, 3 * 65536, 4), 3);           // 768 KiB: 256 KiB per channel at least
+  EXPECT_EQ(channelsUsed(OpKind::kAllReduce, 1024, 4), 1);                // small: one channel
+  EXPECT_EQ(channelsUsed(OpKind::kBroadcast, size_t(1) << 20, 2), 2);
+  EXPECT_EQ(channelsUsed(OpKind::kAllGather, size_t(1) << 20, 4), 1);     // not elementwise
 }
 
 TEST(PlanSimulator, GroupedSendRecvAnyPattern) {
