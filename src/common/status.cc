@@ -66,6 +66,10 @@ std::string errnoText(int err) {
   return std::string(text) + " (errno " + std::to_string(err) + ")";
 }
 
+Status abortedError(std::string_view what) {
+  return Status(Code::kInvalidUsage, "the communicator was aborted while " + std::string(what));
+}
+
 Status systemErrno(std::string_view what, int err) {
   return Status(Code::kSystemError, std::string(what) + ": " + errnoText(err));
 }

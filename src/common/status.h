@@ -68,6 +68,10 @@ Status invalidUsage(std::string message);
 Status systemError(std::string message);  // caller adds strerror where useful
 Status systemErrno(std::string_view what, int err);  // "<what>: <strerror> (errno N)"
 std::string errnoText(int err);                       // "<strerror> (errno N)", thread-safe
+// What every wait returns when its communicator's abort flag is set
+// (ncclCommAbort, a parent's abort, a failed init of the same group): one
+// code everywhere, kInvalidUsage. `what` says what was interrupted.
+Status abortedError(std::string_view what);
 Status internalError(std::string message);
 Status remoteError(std::string message);
 

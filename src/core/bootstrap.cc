@@ -21,7 +21,7 @@ Status exchange(int sfd, const void* sbuf, size_t sbytes, int rfd, void* rbuf, s
                 const std::string& nextName, const std::string& prevName) {
   size_t sent = 0, got = 0;
   while (sent < sbytes || got < rbytes) {
-    if (abort && abort->load(std::memory_order_relaxed)) return invalidUsage("communicator aborted");
+    if (abort && abort->load(std::memory_order_relaxed)) return abortedError("exchanging over the bootstrap ring");
     if (check) LOOM_TRY(check());
     pollfd fds[2] = {{sfd, short(sent < sbytes ? POLLOUT : 0), 0},
                      {rfd, short(got < rbytes ? POLLIN : 0), 0}};
@@ -373,7 +373,7 @@ Result<net::UniqueFd> Bootstrap::waitFor(wire::HelloKind kind, int from, Deadlin
   for (;;) {
     service();
     if (auto fd = take(kind, from, 0, 0)) return std::move(*fd);
-    if (abort && abort->load()) return invalidUsage("communicator aborted");
+    if (abort && abort->load()) return abortedError("waiting for " + describe(from));
     if (!notices_.empty()) {
       const Notice n = notices_.front();
       return remoteError(describe(n.fromRank) + " reports: " + n.text);

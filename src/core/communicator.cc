@@ -419,7 +419,7 @@ Status Communicator::connectAll(const std::vector<int>& links, Deadline deadline
     bool ready = false;
     LOOM_TRY(connectStep(links, &ready));
     if (ready) return Status::ok();
-    if (aborted()) return invalidUsage("communicator aborted");
+    if (aborted()) return abortedError("setting up data connections");
     // A peer that must connect to this rank and died during setup never
     // does: its listener refusing twice, half a second apart, says so.
     if (secondsSince(lastProbe) > kProbePeriodS) {
@@ -533,7 +533,7 @@ Status Communicator::waitSplitTurn(uint64_t ticket, const std::atomic<bool>* abo
   std::unique_lock<std::mutex> lock(splitMutex_);
   while (splitsDone_ != ticket) {
     Status s;
-    if (abort->load() || aborted()) s = invalidUsage("communicator aborted");
+    if (abort->load() || aborted()) s = abortedError("waiting for the splits called before it");
     else if (deadline.expired())
       s = remoteError("ncclCommSplit #" + std::to_string(ticket) + " on " + describe() + " waited " +
                       std::to_string(int(options_.initTimeoutS)) + " s for the splits called before it");
@@ -561,7 +561,7 @@ Status Communicator::waitSplits() {
   const uint64_t mine = splitsReserved_;
   const Deadline deadline = Deadline::afterSeconds(options_.initTimeoutS);
   while (splitsDone_ < mine) {
-    if (aborted()) return invalidUsage("the communicator was aborted (ncclCommAbort)");
+    if (aborted()) return abortedError("waiting for an earlier ncclCommSplit");
     if (deadline.expired()) {
       return remoteError(describe() + ": an operation waited " + std::to_string(int(options_.initTimeoutS)) +
                          " s for an earlier ncclCommSplit of this communicator to finish");

@@ -148,7 +148,7 @@ class Engine {
   Status step(CommRun& cr, bool* progressed) {
     if (cr.done()) return Status::ok();
     Communicator* comm = cr.comm;
-    if (comm->aborted()) return invalidUsage("the communicator was aborted (ncclCommAbort)");
+    if (comm->aborted()) return abortedError("running " + cr.tasks[cr.current].name);
     Task& task = cr.tasks[cr.current];
     if (!cr.runner) {
       bool ready = false;

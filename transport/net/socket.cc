@@ -348,11 +348,6 @@ bool retryableConnectError(int err) {
          err == EINTR;
 }
 
-Status abortedError(std::string_view what) {
-  return remoteError("aborted while " + std::string(what) +
-                     " (the communicator was aborted or another rank failed)");
-}
-
 // True when a TCP socket ended up connected to itself (simultaneous open to a
 // local port in the ephemeral range that nobody listens on).
 bool selfConnected(int fd) {

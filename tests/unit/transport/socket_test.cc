@@ -281,6 +281,7 @@ TEST(Connect, AbortAlreadySetReturnsAtOnce) {
   auto c = connectTo(port.addr, Deadline::never(), &abort);
   ASSERT_FALSE(c.isOk());
   EXPECT_NE(c.status().message().find("aborted"), std::string::npos);
+  EXPECT_EQ(c.status().code(), Code::kInvalidUsage);  // an abort has one code everywhere
 }
 
 TEST(Connect, RetriesUntilTheListenerAppears) {
@@ -354,6 +355,7 @@ TEST(SendRecvAll, RecvTimesOutAndHonoursAbort) {
   Status a = recvAll(sets->b[0].get(), &byte, 1, Deadline::never(), &abort);
   ASSERT_FALSE(a.isOk());
   EXPECT_NE(a.message().find("aborted"), std::string::npos) << a.message();
+  EXPECT_EQ(a.code(), Code::kInvalidUsage);
 }
 
 TEST(SendRecvAll, SendToClosedPeerIsRemoteErrorNotSigpipe) {
