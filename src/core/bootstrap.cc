@@ -12,8 +12,6 @@
 namespace loom::core {
 namespace {
 
-constexpr double kHelloTimeoutS = 30;
-
 // Sends `sbytes` on sfd while receiving `rbytes` on rfd, so neither side of
 // a ring step can block the other however large the blocks are.
 Status exchange(int sfd, const void* sbuf, size_t sbytes, int rfd, void* rbuf, size_t rbytes,
@@ -268,59 +266,24 @@ void Bootstrap::service() {
     (void)!::read(news_.get(), &count, sizeof count);
     newsSignalled_ = false;
   }
-  bool news = false;
-  for (;;) {
-    auto fd = gate_.accept(listener_.get());
-    if (!fd.isOk() || !fd.value().valid()) break;
-    if (pending_.size() >= gate_.maxPending()) {
-      LOOM_WARN("rank %d: %zu connections have not identified themselves; closing a new one", id_.rank,
-                pending_.size());
-      continue;
+  reader_.acceptAll(listener_.get());
+  std::vector<HelloReader::Arrival> arrived;
+  reader_.service(
+      [this](const wire::Hello& h, int) {
+        Status ok = checkHello(h, id_);
+        if (!ok.isOk()) LOOM_WARN("rank %d: refused a connection that sent %s", id_.rank, ok.message().c_str());
+        return ok.isOk();
+      },
+      &arrived);
+  const bool news = !arrived.empty();
+  for (HelloReader::Arrival& a : arrived) {
+    const wire::Hello& h = a.hello;
+    if (h.kind == uint32_t(wire::HelloKind::kAbortNotice)) {
+      notices_.push_back(Notice{int(h.fromRank), std::string(a.payload.begin(), a.payload.end())});
+    } else {
+      if (h.kind == uint32_t(wire::HelloKind::kData)) dataSockets_[{int(h.fromRank), h.channel}] = int(h.count);
+      stash_[Key{h.kind, int(h.fromRank), h.channel, h.index}] = std::move(a.fd);
     }
-    pending_.push_back(Pending{std::move(fd.value()), {}, Clock::now()});
-  }
-  for (size_t i = 0; i < pending_.size();) {
-    Pending& p = pending_[i];
-    bool drop = false;
-    size_t need = sizeof(wire::Hello);
-    if (p.buf.size() >= need) {
-      wire::Hello h;
-      std::memcpy(&h, p.buf.data(), sizeof h);
-      need += h.payload;
-    }
-    uint8_t tmp[sizeof(wire::Hello) + wire::kMaxNoticeBytes];
-    ssize_t got = need > p.buf.size() ? ::recv(p.fd.get(), tmp, need - p.buf.size(), MSG_DONTWAIT) : 0;
-    if (got > 0) {
-      p.buf.insert(p.buf.end(), tmp, tmp + got);
-    } else if (need > p.buf.size() &&
-               (got == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))) {
-      drop = true;
-    }
-    if (!drop && p.buf.size() >= sizeof(wire::Hello)) {
-      wire::Hello h;
-      std::memcpy(&h, p.buf.data(), sizeof h);
-      Status ok = checkHello(h, id_);
-      if (!ok.isOk()) {
-        LOOM_WARN("rank %d: refused a connection that sent %s", id_.rank, ok.message().c_str());
-        drop = true;
-      } else if (p.buf.size() == sizeof h + h.payload) {
-        if (h.kind == uint32_t(wire::HelloKind::kAbortNotice)) {
-          notices_.push_back(Notice{int(h.fromRank),
-                                    std::string(reinterpret_cast<char*>(p.buf.data()) + sizeof h, h.payload)});
-        } else {
-          if (h.kind == uint32_t(wire::HelloKind::kData)) dataSockets_[{int(h.fromRank), h.channel}] = int(h.count);
-          stash_[Key{h.kind, int(h.fromRank), h.channel, h.index}] = std::move(p.fd);
-        }
-        news = true;
-        drop = true;  // done with it either way
-      }
-    }
-    if (!drop && secondsSince(p.since) > kHelloTimeoutS) {
-      LOOM_WARN("rank %d: a connection stayed silent for %.0f s; closed it", id_.rank, kHelloTimeoutS);
-      drop = true;
-    }
-    if (drop) pending_.erase(pending_.begin() + long(i));
-    else ++i;
   }
   if (news) {
     const uint64_t one = 1;
@@ -332,8 +295,7 @@ void Bootstrap::service() {
 void Bootstrap::pollFds(std::vector<pollfd>* fds) const {
   // While accepting backs off (out of fds) the listener is not polled: the
   // callers' poll caps (at most 200 ms) bring them back.
-  if (gate_.pollable()) fds->push_back({listener_.get(), POLLIN, 0});
-  for (const Pending& p : pending_) fds->push_back({p.fd.get(), POLLIN, 0});
+  reader_.pollFds(listener_.get(), fds);
   fds->push_back({news_.get(), POLLIN, 0});
 }
 

@@ -23,6 +23,7 @@
 
 #include "common/status.h"
 #include "common/time.h"
+#include "core/hello_reader.h"
 #include "core/wire.h"
 #include "transport/net/socket.h"
 
@@ -56,7 +57,10 @@ class Bootstrap {
 
   const Identity& identity() const { return id_; }
   // A split learns its rank only after the listener is open.
-  void setIdentity(const Identity& id) { id_ = id; }
+  void setIdentity(const Identity& id) {
+    id_ = id;
+    reader_.setWho("rank " + std::to_string(id.rank));
+  }
   int rank() const { return id_.rank; }
   int nranks() const { return id_.nranks; }
   const wire::RankInfo& peer(int r) const { return table_[size_t(r)]; }
@@ -112,7 +116,7 @@ class Bootstrap {
   std::vector<Notice> takeNotices();
 
  private:
-  explicit Bootstrap(const Identity& id) : id_(id) {}
+  explicit Bootstrap(const Identity& id) : id_(id) { reader_.setWho("rank " + std::to_string(id.rank)); }
   Status buildRing(Deadline deadline, const std::atomic<bool>* abort);
   // n - 1 ring steps: block r is sizes[r] bytes at base + offsets[r].
   Status ringGather(uint8_t* base, const std::vector<size_t>& offsets, const std::vector<size_t>& sizes,
@@ -120,11 +124,6 @@ class Bootstrap {
   Result<net::UniqueFd> waitFor(wire::HelloKind kind, int from, Deadline deadline,
                                 const std::atomic<bool>* abort);
 
-  struct Pending {
-    net::UniqueFd fd;
-    std::vector<uint8_t> buf;
-    Clock::time_point since;
-  };
   using Key = std::tuple<uint32_t, int, uint32_t, uint32_t>;  // kind, from, channel, index
 
   Identity id_;
@@ -132,8 +131,7 @@ class Bootstrap {
   net::SocketAddress listenAddr_;
   std::vector<wire::RankInfo> table_;
   net::UniqueFd ringNext_, ringPrev_;
-  net::AcceptGate gate_;
-  std::vector<Pending> pending_;
+  HelloReader reader_{"rank"};
   std::map<Key, net::UniqueFd> stash_;
   std::vector<Notice> notices_;
   std::map<std::pair<int, uint32_t>, int> dataSockets_;  // (from rank, channel) -> announced socket count

@@ -13,6 +13,7 @@
 
 #include "common/log.h"
 #include "common/time.h"
+#include "core/hello_reader.h"
 
 namespace loom::core {
 
@@ -23,15 +24,8 @@ struct RootServer::Control {
 
 namespace {
 
-constexpr double kHelloTimeoutS = 30;  // a connection must identify itself by then
 constexpr double kAnswerTimeoutS = 30;  // all ranks must have taken their table by then
 constexpr double kFailureTimeoutS = 5;
-
-struct Pending {
-  net::UniqueFd fd;
-  std::vector<uint8_t> buf;  // bytes of the Hello and its RankInfo blob received so far
-  Clock::time_point since;
-};
 
 struct Joined {
   net::UniqueFd fd;
@@ -73,78 +67,25 @@ class Root {
         return;
       }
       std::vector<pollfd> fds{{control_->wake.get(), POLLIN, 0}};
-      if (gate_.pollable()) fds.push_back({listener_.get(), POLLIN, 0});
-      for (auto& p : pending_) fds.push_back({p.fd.get(), POLLIN, 0});
+      reader_.pollFds(listener_.get(), &fds);
       int timeout = (nranks_ > 0 ? deadline_ : idleDeadline_).msLeft(1000);
-      if (!gate_.pollable()) timeout = std::min(timeout, gate_.backoffMsLeft());
+      if (reader_.backoffMsLeft() >= 0) timeout = std::min(timeout, reader_.backoffMsLeft());
       int rc = ::poll(fds.data(), fds.size(), timeout);
       if (rc < 0 && errno != EINTR) {
         LOOM_WARN("bootstrap root: poll failed (errno %d); rendezvous abandoned", errno);
         failAll("the rendezvous root failed: poll error");
         return;
       }
-      acceptAll();
-      serviceAll();
+      reader_.acceptAll(listener_.get());
+      std::vector<HelloReader::Arrival> arrived;
+      reader_.service([this](const wire::Hello& h, int fd) { return helloLooksValid(h, fd); }, &arrived);
+      for (HelloReader::Arrival& a : arrived) admit(std::move(a));
     }
   }
 
  private:
-  void acceptAll() {
-    for (;;) {
-      auto fd = gate_.accept(listener_.get());
-      if (!fd.isOk() || !fd.value().valid()) return;
-      if (pending_.size() >= gate_.maxPending()) {
-        LOOM_WARN("bootstrap root: %zu connections have not identified themselves; closing a new one",
-                  pending_.size());
-        continue;
-      }
-      pending_.push_back(Pending{std::move(fd.value()), {}, Clock::now()});
-    }
-  }
-
-  // Reads what is available on each unidentified connection.
-  void serviceAll() {
-    for (size_t i = 0; i < pending_.size();) {
-      Pending& p = pending_[i];
-      bool drop = false;
-      // The hello first, then the blob whose size it announced.
-      size_t need = sizeof(wire::Hello);
-      if (p.buf.size() >= sizeof(wire::Hello)) need += helloOf(p).payload;
-      uint8_t tmp[4096];
-      const size_t want = std::min(sizeof tmp, need - p.buf.size());
-      ssize_t got = ::recv(p.fd.get(), tmp, want, MSG_DONTWAIT);
-      if (got > 0) {
-        const bool hadHello = p.buf.size() >= sizeof(wire::Hello);
-        p.buf.insert(p.buf.end(), tmp, tmp + got);
-        if (!hadHello && p.buf.size() >= sizeof(wire::Hello) && !helloLooksValid(p)) drop = true;
-      } else if (got == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
-        drop = true;  // closed before identifying itself
-      }
-      if (!drop && secondsSince(p.since) > kHelloTimeoutS) {
-        LOOM_WARN("bootstrap root: a connection stayed silent for %.0f s; closed it", kHelloTimeoutS);
-        drop = true;
-      }
-      if (!drop && p.buf.size() >= sizeof(wire::Hello) && p.buf.size() == sizeof(wire::Hello) + helloOf(p).payload) {
-        admit(std::move(p));
-        drop = true;  // moved out of pending
-      }
-      if (drop) {
-        pending_.erase(pending_.begin() + long(i));
-      } else {
-        ++i;
-      }
-    }
-  }
-
-  static wire::Hello helloOf(const Pending& p) {
-    wire::Hello h;
-    std::memcpy(&h, p.buf.data(), sizeof h);
-    return h;
-  }
-
   // The hello alone (the RankInfo may still be on its way): refuse early.
-  bool helloLooksValid(const Pending& p) {
-    const wire::Hello h = helloOf(p);
+  bool helloLooksValid(const wire::Hello& h, int fd) {
     if (h.magic != wire::kHelloMagic || h.kind != uint32_t(wire::HelloKind::kRootJoin)) {
       LOOM_WARN("bootstrap root: refused a connection that sent bytes that are not a loom hello");
       return false;
@@ -153,24 +94,24 @@ class Root {
       LOOM_WARN("bootstrap root: refused a connection with a wrong secret (claims rank %u); "
                 "check that all ranks use the same unique id / LOOM_COMM_SECRET", h.fromRank);
       // Tell it why: a misconfigured rank learns the fix, a stranger learns nothing new.
-      sendFailure(p.fd.get(), "the rendezvous refused this rank: wrong secret; give every rank the "
-                              "same unique id (or the same LOOM_COMM_SECRET with NCCL_COMM_ID)");
+      sendFailure(fd, "the rendezvous refused this rank: wrong secret; give every rank the "
+                      "same unique id (or the same LOOM_COMM_SECRET with NCCL_COMM_ID)");
       return false;
     }
     if (h.payload > wire::kMaxRankInfoBytes) {
       LOOM_WARN("bootstrap root: refused a join with a %u-byte rank info (at most %u)", h.payload,
                 wire::kMaxRankInfoBytes);
-      sendFailure(p.fd.get(), "the rendezvous refused this rank: its rank info is too large; run the same "
-                              "loom build on all ranks");
+      sendFailure(fd, "the rendezvous refused this rank: its rank info is too large; run the same "
+                      "loom build on all ranks");
       return false;
     }
     return true;
   }
 
-  void admit(Pending p) {
-    const wire::Hello h = helloOf(p);
+  void admit(HelloReader::Arrival p) {
+    const wire::Hello& h = p.hello;
     wire::RankInfo info;
-    std::vector<uint8_t> blob(p.buf.begin() + sizeof h, p.buf.end());
+    std::vector<uint8_t>& blob = p.payload;
     Status s = checkJoin(h, blob, &info, options_.secret, nranks_);
     if (s.isOk() && joined_.count(int(h.fromRank))) {
       s = invalidArgument("rank " + std::to_string(h.fromRank) + " joined twice (pids " +
@@ -297,11 +238,10 @@ class Root {
   net::UniqueFd listener_;
   RootOptions options_;
   std::shared_ptr<RootServer::Control> control_;
-  net::AcceptGate gate_;
+  HelloReader reader_{"bootstrap root"};
   Deadline idleDeadline_;  // nobody joined yet
   int nranks_ = 0;
   Deadline deadline_ = Deadline::never();
-  std::vector<Pending> pending_;
   std::map<int, Joined> joined_;
 };
 
