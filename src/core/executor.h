@@ -41,8 +41,10 @@ class Scratch {
 
 class PlanRunner {
  public:
-  // `buffers[i]` binds BufRef::buf == i. `conns[peer]` must be non-null for
-  // every peer the plan names (conns[rank] is the loopback connection).
+  // `buffers[i]` binds BufRef::buf == i. `conns` is a table of connections
+  // by (peer, channel) (linkIndex, core/plan.h): the entry of every peer a
+  // stream names on the stream's channel must be non-null (the rank's own
+  // entry connects it to itself); create() checks.
   // `reduction` is used for steps with reduce/post set and for the pre op of
   // `local` in reducing plans (`reducing` = the operation reduces). Every
   // transfer carries its region from `registrations` when there is one
