@@ -89,13 +89,8 @@ class EndpointReader {
       tooLong_ = true;
       return false;
     }
-    if (blob_.size() - at_ < n) {
-      short_ = true;
-      return false;
-    }
-    text->assign(reinterpret_cast<const char*>(blob_.data() + at_), n);
-    at_ += n;
-    return true;
+    text->resize(n);
+    return getBytes(text->data(), n);
   }
   // After the last field: an error when a read ran short or bytes are left.
   Status finish() const {

@@ -401,7 +401,10 @@ Status Bootstrap::allGatherV(std::span<const uint8_t> mine, size_t maxBytes, std
   std::copy(mine.begin(), mine.end(), buf.begin() + long(offsets[me]));
   LOOM_TRY(ringGather(buf.data(), offsets, sizes, deadline, abort, check));
   all->assign(n, {});
-  for (size_t r = 0; r < n; ++r) (*all)[r].assign(buf.begin() + long(offsets[r]), buf.begin() + long(offsets[r] + sizes[r]));
+  for (size_t r = 0; r < n; ++r) {
+    const auto begin = buf.begin() + long(offsets[r]);
+    (*all)[r].assign(begin, begin + long(sizes[r]));
+  }
   return Status::ok();
 }
 

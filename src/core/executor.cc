@@ -64,18 +64,22 @@ Result<std::unique_ptr<PlanRunner>> PlanRunner::create(const Plan* plan, std::ve
                                                        kernels::Reduction reduction, bool reducing,
                                                        std::span<Connection* const> conns, Scratch* scratch,
                                                        RegistrationCache* registrations) {
+  std::unique_ptr<PlanRunner> r(new PlanRunner(plan, std::move(buffers), reduction, reducing, conns));
+  // The connections the plan uses, each once; a missing one is a planner bug.
   for (const Stream& st : plan->streams) {
     for (const Step& s : st.steps) {
       for (int peer : {s.recvPeer, s.sendPeer}) {
-        if (peer >= 0 && (st.channel < 0 || linkIndex(peer, st.channel, plan->nranks) >= conns.size() ||
-                          !conns[linkIndex(peer, st.channel, plan->nranks)])) {
+        if (peer < 0) continue;
+        const size_t link = linkIndex(peer, st.channel, plan->nranks);
+        Connection* c = st.channel >= 0 && link < conns.size() ? conns[link] : nullptr;
+        if (!c) {
           return internalError("a plan step uses rank " + std::to_string(peer) + " on channel " +
                                std::to_string(st.channel) + ", which has no connection");
         }
+        if (std::find(r->used_.begin(), r->used_.end(), c) == r->used_.end()) r->used_.push_back(c);
       }
     }
   }
-  std::unique_ptr<PlanRunner> r(new PlanRunner(plan, std::move(buffers), reduction, reducing, conns));
   r->registrations_ = registrations;
   size_t total = 0;
   for (const auto& st : r->streams_) total += st.slotBytes * kSlots;
@@ -94,13 +98,6 @@ PlanRunner::PlanRunner(const Plan* plan, std::vector<std::byte*> buffers, kernel
       conns_(conns), streams_(plan->streams.size()) {
   for (size_t i = 0; i < plan->streams.size(); ++i) {
     streams_[i].channel = plan->streams[i].channel;
-    for (const Step& s : plan->streams[i].steps) {
-      for (int peer : {s.recvPeer, s.sendPeer}) {
-        if (peer < 0) continue;
-        Connection* c = conn(streams_[i], peer);
-        if (std::find(used_.begin(), used_.end(), c) == used_.end()) used_.push_back(c);
-      }
-    }
     streams_[i].slotBytes = streamSlotBytes(plan->streams[i].steps, reduction_, reducing_);
   }
 }

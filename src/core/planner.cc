@@ -31,13 +31,15 @@ Range slice(Range part, size_t maxElems, size_t nslices, size_t s) {
 
 namespace {
 
-Plan planOneChannel(const OpDesc& op, const PlanParams& params) {
+Result<Plan> planOneChannel(const OpDesc& op, const PlanParams& params) {
   switch (op.kind) {
     case OpKind::kAllReduce: return allReduceRing(op, params);
     case OpKind::kAllGather: return allGatherRing(op, params);
     case OpKind::kReduceScatter: return reduceScatterRing(op, params);
     case OpKind::kBroadcast: return broadcastChain(op, params);
-    default: return reduceChain(op, params);
+    case OpKind::kReduce: return reduceChain(op, params);
+    default:
+      return internalError(std::string("planCollective called for ") + opKindName(op.kind));
   }
 }
 
@@ -48,16 +50,6 @@ bool elementwise(OpKind k) { return k == OpKind::kAllReduce || k == OpKind::kBro
 }  // namespace
 
 Result<Plan> planCollective(const OpDesc& op, const PlanParams& params) {
-  switch (op.kind) {
-    case OpKind::kAllReduce:
-    case OpKind::kAllGather:
-    case OpKind::kReduceScatter:
-    case OpKind::kBroadcast:
-    case OpKind::kReduce:
-      break;
-    default:
-      return internalError(std::string("planCollective called for ") + opKindName(op.kind));
-  }
   const size_t es = kernels::dataTypeSize(op.type);
   const size_t bytes = op.count * es;
   int channels = std::max(1, params.channels);
@@ -74,7 +66,7 @@ Result<Plan> planCollective(const OpDesc& op, const PlanParams& params) {
     if (part.size() == 0) continue;
     OpDesc sub = op;
     sub.count = part.size();
-    Plan p = planOneChannel(sub, params);
+    LOOM_ASSIGN_OR_RETURN(Plan p, planOneChannel(sub, params));
     if (plan.streams.empty()) {
       plan.rank = p.rank;
       plan.nranks = p.nranks;
@@ -111,8 +103,8 @@ std::string dumpPlan(const Plan& plan) {
     for (const Step& s : plan.streams[c].steps) {
       std::snprintf(line, sizeof line,
                     "  [%zu] ch%d %-18s recv<-%d send->%d local=%d+%zu out=%d+%zu bytes=%zu%s\n", c,
-                    plan.streams[c].channel, stepName(s).c_str(), s.recvPeer, s.sendPeer, s.local.buf, s.local.offset,
-                    s.out.buf, s.out.offset, s.bytes, s.post ? " post" : "");
+                    plan.streams[c].channel, stepName(s).c_str(), s.recvPeer, s.sendPeer, s.local.buf,
+                    s.local.offset, s.out.buf, s.out.offset, s.bytes, s.post ? " post" : "");
       out += line;
     }
   }
