@@ -23,23 +23,7 @@ fi
 extra=("$@")
 work="${FUZZ_WORK:-$build/fuzz-work}"
 
-# ---- dependencies (as tools/scripts/install-deps.sh: root or sudo) ----------
-install() {
-  local missing=()
-  for p in "$@"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-  done
-  [ ${#missing[@]} -eq 0 ] && return 0
-  local sudo=""
-  if [ "$(id -u)" -ne 0 ]; then sudo=sudo; fi
-  echo "loom: installing ${missing[*]}" >&2
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
-}
-install cmake ninja-build g++ clang
-# libFuzzer comes with the compiler-rt of the clang version installed (14 on Debian 12).
-clang_major="$(clang++ -dumpversion | cut -d. -f1)"
-install "libclang-rt-${clang_major}-dev"
+"$root/tools/scripts/install-deps.sh" --clang
 
 # ---- build ---------------------------------------------------------------------
 cmake -S "$root/tests/fuzz" -B "$build" -G Ninja \

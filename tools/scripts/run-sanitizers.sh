@@ -15,13 +15,16 @@ root="$(cd "$(dirname "$0")/../.." && pwd)"
 which="${1:-all}"
 jobs="$(nproc)"
 supp="$root/tools/scripts/sanitizer-suppressions"
-"$root/tools/scripts/install-deps.sh"
+"$root/tools/scripts/install-deps.sh" --clang
 
 configure() {  # dir sanitizer
+  # Clang: the instrumented build compiles in about 60% of g++'s time (the
+  # normal build stays on g++, so both compilers check the code).
   # -O0 -g1: the instrumented build compiles in half the time of -O1 (the
   # kernels' templates dominate) and still gives file:line stacks; the tests
   # run a little slower, which costs far less than the compile saves.
   cmake -S "$root" -B "$1" -G Ninja -DLOOM_SANITIZE="$2" -DLOOM_BUILD_BENCH=OFF \
+    -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_C_COMPILER=clang \
     -DCMAKE_BUILD_TYPE=Sanitize -DCMAKE_CXX_FLAGS_SANITIZE="-O0 -g1" -DCMAKE_C_FLAGS_SANITIZE="-O0 -g1" >/dev/null
 }
 
