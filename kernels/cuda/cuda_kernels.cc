@@ -125,4 +125,11 @@ Status copyToMany(void* const* dsts, int ndsts, const void* src, size_t bytes, v
   return Status::ok();
 }
 
+Status gate(const uint64_t* word, uint64_t value, void* stream) {
+  if (int e = detail::launchGate(word, value, stream); e != cudaSuccess) {
+    return cudaFailure("gate kernel launch", cudaError_t(e));
+  }
+  return Status::ok();
+}
+
 }  // namespace loom::kernels::cuda

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 #include "common/status.h"
 #include "kernels/reduce.h"
@@ -36,5 +37,10 @@ Status reduce(const Reduction& r, void* dst, const void* const* partials, int np
 // 8 destinations; one destination uses cudaMemcpyAsync. A destination equal
 // to src is skipped; others must not overlap src or each other.
 Status copyToMany(void* const* dsts, int ndsts, const void* src, size_t bytes, void* stream);
+
+// Queues on `stream` a gate: work queued after it starts once *word >= value.
+// `word` is pinned host memory mapped for the device (cudaHostAlloc with
+// cudaHostAllocMapped, same address on both sides); the host writes it.
+Status gate(const uint64_t* word, uint64_t value, void* stream);
 
 }  // namespace loom::kernels::cuda

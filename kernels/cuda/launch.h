@@ -41,5 +41,7 @@ struct CopyLaunch {
 // Queue the kernel on `stream` (a cudaStream_t). Return a cudaError_t value.
 int launchReduce(const ReduceLaunch& launch, void* stream);
 int launchCopy(const CopyLaunch& launch, void* stream);
+// One thread waiting until *word >= value (word: pinned, mapped host memory).
+int launchGate(const uint64_t* word, uint64_t value, void* stream);
 
 }  // namespace loom::kernels::cuda::detail

@@ -1,0 +1,27 @@
+// The gate: a one-thread kernel that holds back the rest of its stream until
+// a host-written word reaches a value. The only device-side wait loom
+// queues: the local host always releases it (the operation finished,
+// failed, or was aborted), so it never depends on a peer being scheduled.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/launch.h"
+
+namespace loom::kernels::cuda::detail {
+namespace {
+
+__global__ void gateKernel(const volatile uint64_t* word, uint64_t value) {
+  // Each read crosses the bus to pinned host memory: sleep between reads
+  // so the poll costs neither the bus nor the SM anything measurable.
+  while (*word < value) __nanosleep(2000);
+}
+
+}  // namespace
+
+int launchGate(const uint64_t* word, uint64_t value, void* stream) {
+  gateKernel<<<1, 1, 0, static_cast<cudaStream_t>(stream)>>>(word, value);
+  return int(cudaGetLastError());
+}
+
+}  // namespace loom::kernels::cuda::detail

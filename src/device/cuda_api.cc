@@ -1,0 +1,130 @@
+// device::Api on the CUDA runtime (linked statically: it finds the driver
+// when first called, and reports "no device" where there is none).
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <string>
+
+#include "device/device.h"
+#include "kernels/cuda/cuda_kernels.h"
+
+namespace loom::device {
+namespace {
+
+Status failure(const char* what, cudaError_t e) {
+  return Status(Code::kCudaError, std::string(what) + " failed: " + cudaGetErrorString(e));
+}
+
+class CudaApi final : public Api {
+ public:
+  const char* name() const override { return "cuda"; }
+
+  int deviceCount() override {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+      cudaGetLastError();  // not sticky: "no driver" / "no device" only means none
+      return 0;
+    }
+    return n;
+  }
+
+  Result<int> currentDevice() override {
+    int d = 0;
+    if (cudaError_t e = cudaGetDevice(&d); e != cudaSuccess) return failure("cudaGetDevice", e);
+    return d;
+  }
+
+  Status setDevice(int device) override {
+    if (cudaError_t e = cudaSetDevice(device); e != cudaSuccess) return failure("cudaSetDevice", e);
+    return Status::ok();
+  }
+
+  Result<std::string> deviceUuid(int device) override {
+    cudaDeviceProp prop{};
+    if (cudaError_t e = cudaGetDeviceProperties(&prop, device); e != cudaSuccess) {
+      return failure("cudaGetDeviceProperties", e);
+    }
+    std::string hex;
+    char byte[3];
+    for (unsigned char c : prop.uuid.bytes) {
+      std::snprintf(byte, sizeof byte, "%02x", c);
+      hex += byte;
+    }
+    return hex;
+  }
+
+  Result<Stream> createStream() override {
+    cudaStream_t s = nullptr;
+    if (cudaError_t e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking); e != cudaSuccess) {
+      return failure("cudaStreamCreateWithFlags", e);
+    }
+    return static_cast<Stream>(s);
+  }
+
+  void destroyStream(Stream stream) override { cudaStreamDestroy(static_cast<cudaStream_t>(stream)); }
+
+  Status synchronize(Stream stream) override {
+    if (cudaError_t e = cudaStreamSynchronize(static_cast<cudaStream_t>(stream)); e != cudaSuccess) {
+      return failure("cudaStreamSynchronize", e);
+    }
+    return Status::ok();
+  }
+
+  Result<void*> allocDevice(size_t bytes) override {
+    void* p = nullptr;
+    if (cudaError_t e = cudaMalloc(&p, bytes); e != cudaSuccess) return failure("cudaMalloc", e);
+    return p;
+  }
+
+  void freeDevice(void* p) override { cudaFree(p); }
+
+  Result<void*> allocHost(size_t bytes) override {
+    void* p = nullptr;
+    if (cudaError_t e = cudaHostAlloc(&p, bytes, cudaHostAllocMapped | cudaHostAllocPortable); e != cudaSuccess) {
+      return failure("cudaHostAlloc", e);
+    }
+    return p;
+  }
+
+  void freeHost(void* p) override { cudaFreeHost(p); }
+
+  Status copyAsync(void* dst, const void* src, size_t bytes, Stream stream) override {
+    if (cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, static_cast<cudaStream_t>(stream));
+        e != cudaSuccess) {
+      return failure("cudaMemcpyAsync", e);
+    }
+    return Status::ok();
+  }
+
+  Status launchHostFunc(Stream stream, void (*fn)(void*), void* arg) override {
+    if (cudaError_t e = cudaLaunchHostFunc(static_cast<cudaStream_t>(stream), fn, arg); e != cudaSuccess) {
+      return failure("cudaLaunchHostFunc", e);
+    }
+    return Status::ok();
+  }
+
+  Status launchGate(Stream stream, const uint64_t* word, uint64_t value) override {
+    return kernels::cuda::gate(word, value, stream);
+  }
+
+  Result<Capture> captureStatus(Stream stream) override {
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    if (cudaError_t e = cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &status); e != cudaSuccess) {
+      return failure("cudaStreamIsCapturing", e);
+    }
+    switch (status) {
+      case cudaStreamCaptureStatusActive: return Capture::kActive;
+      case cudaStreamCaptureStatusInvalidated: return Capture::kInvalidated;
+      default: return Capture::kNone;
+    }
+  }
+};
+
+}  // namespace
+
+Api* cudaApi() {
+  static CudaApi table;
+  return &table;
+}
+
+}  // namespace loom::device

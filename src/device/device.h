@@ -1,0 +1,95 @@
+// The CUDA calls loom makes, as one small table (device::Api), so that the
+// engine's device path (core/device_queue.h) never names the CUDA runtime.
+//
+// Two tables exist: CUDA's (cuda_api.cc, only in builds with CUDA: the
+// runtime is linked statically and reaches the driver at run time, so a
+// machine without one still loads loom), and, in the tests only, a host
+// emulation (tests/gpu/emulated_device.h) whose streams are queues run by
+// worker threads with random delays. Nothing else calls CUDA for the
+// engine, so the emulation exercises every ordering decision the engine
+// makes.
+//
+// Pointers: streams and events are the runtime's handles as opaque values
+// (a cudaStream_t; nullptr is the legacy default stream). "Device memory"
+// is whatever allocDevice returns; loom itself never dereferences it on the
+// host, only hands it to copyAsync and the kernels.
+//
+// Thread safety: every call may be made from any thread at once.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "common/status.h"
+
+namespace loom::device {
+
+using Stream = void*;
+
+enum class Capture { kNone, kActive, kInvalidated };
+
+class Api {
+ public:
+  virtual ~Api() = default;
+  virtual const char* name() const = 0;  // "cuda", "emulated"
+
+  // Devices present; 0 without a GPU or driver (never fails).
+  virtual int deviceCount() = 0;
+  // The calling thread's current device.
+  virtual Result<int> currentDevice() = 0;
+  virtual Status setDevice(int device) = 0;
+  // The device's UUID, 32 hex digits.
+  virtual Result<std::string> deviceUuid(int device) = 0;
+
+  // A stream owned by loom, not synchronizing with the legacy default stream.
+  virtual Result<Stream> createStream() = 0;
+  virtual void destroyStream(Stream stream) = 0;
+  // Blocks until everything queued on `stream` has run.
+  virtual Status synchronize(Stream stream) = 0;
+
+  virtual Result<void*> allocDevice(size_t bytes) = 0;
+  virtual void freeDevice(void* p) = 0;
+  // Pinned host memory the device can read and write through the same
+  // address (unified addressing: every 64-bit CUDA platform).
+  virtual Result<void*> allocHost(size_t bytes) = 0;
+  virtual void freeHost(void* p) = 0;
+  // Queues a copy between any two of host memory, pinned host memory and
+  // device memory (the direction follows from the addresses).
+  virtual Status copyAsync(void* dst, const void* src, size_t bytes, Stream stream) = 0;
+
+  // Queues fn(arg) on `stream`: it runs on a thread of the runtime once the
+  // work queued before it has finished, and must not call this table.
+  virtual Status launchHostFunc(Stream stream, void (*fn)(void*), void* arg) = 0;
+  // Queues a gate on `stream`: work queued after it starts only once
+  // *word >= value. `word` is in allocHost memory; the host writes it.
+  virtual Status launchGate(Stream stream, const uint64_t* word, uint64_t value) = 0;
+  // Whether `stream` is being captured into a graph.
+  virtual Result<Capture> captureStatus(Stream stream) = 0;
+};
+
+// The table the engine uses: a test's, when one was installed; else CUDA's,
+// in a build with CUDA; else nullptr (host mode only).
+Api* api();
+// Tests only: installs `table` (nullptr: back to the default). Not thread
+// safe against concurrent api() users; call it before creating communicators.
+void setApiForTesting(Api* table);
+
+// Gate words: uint64_t counters in allocHost memory of `table` that gates
+// (Api::launchGate) read. A gate queued on a user's stream may run at any
+// later time, even after its communicator is gone, so a word is never
+// freed and never goes backwards: its owner only raises it, and the next
+// owner continues from the value it finds. The pages live as long as the
+// process.
+Result<uint64_t*> acquireGateWord(Api* table);
+void releaseGateWord(Api* table, uint64_t* word);
+// Raises *word to at least `value` (release order), never lowers it.
+void raiseGateWord(uint64_t* word, uint64_t value);
+uint64_t readGateWord(const uint64_t* word);
+
+#ifdef LOOM_DEVICE_HAVE_CUDA
+// CUDA's table (cuda_api.cc); one per process.
+Api* cudaApi();
+#endif
+
+}  // namespace loom::device
