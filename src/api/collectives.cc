@@ -54,10 +54,11 @@ Status prepare(OpKind kind, const void* sendbuff, void* recvbuff, size_t count, 
 }
 
 Status run(OpKind kind, const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
-           int op, int root, ncclComm_t comm) {
+           int op, int root, ncclComm_t comm, cudaStream_t stream) {
   core::CommRef c;
   OpDesc desc;
   LOOM_TRY(prepare(kind, sendbuff, recvbuff, count, datatype, op, root, comm, &c, &desc));
+  desc.stream = stream;
   return core::enqueue(std::move(c), desc);
 }
 
@@ -70,76 +71,76 @@ using namespace loom::api;
 NCCL_API(ncclResult_t, ncclAllReduce, const void* sendbuff, void* recvbuff, size_t count,
          ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
   return guard("ncclAllReduce", [&] {
-    return run(OpKind::kAllReduce, sendbuff, recvbuff, count, datatype, op, 0, comm);
+    return run(OpKind::kAllReduce, sendbuff, recvbuff, count, datatype, op, 0, comm, stream);
   });
 }
 
 NCCL_API(ncclResult_t, ncclReduce, const void* sendbuff, void* recvbuff, size_t count,
          ncclDataType_t datatype, ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream) {
   return guard("ncclReduce", [&] {
-    return run(OpKind::kReduce, sendbuff, recvbuff, count, datatype, op, root, comm);
+    return run(OpKind::kReduce, sendbuff, recvbuff, count, datatype, op, root, comm, stream);
   });
 }
 
 NCCL_API(ncclResult_t, ncclReduceScatter, const void* sendbuff, void* recvbuff, size_t recvcount,
          ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
   return guard("ncclReduceScatter", [&] {
-    return run(OpKind::kReduceScatter, sendbuff, recvbuff, recvcount, datatype, op, 0, comm);
+    return run(OpKind::kReduceScatter, sendbuff, recvbuff, recvcount, datatype, op, 0, comm, stream);
   });
 }
 
 NCCL_API(ncclResult_t, ncclAllGather, const void* sendbuff, void* recvbuff, size_t sendcount,
          ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
   return guard("ncclAllGather", [&] {
-    return run(OpKind::kAllGather, sendbuff, recvbuff, sendcount, datatype, 0, 0, comm);
+    return run(OpKind::kAllGather, sendbuff, recvbuff, sendcount, datatype, 0, 0, comm, stream);
   });
 }
 
 NCCL_API(ncclResult_t, ncclBroadcast, const void* sendbuff, void* recvbuff, size_t count,
          ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream) {
   return guard("ncclBroadcast", [&] {
-    return run(OpKind::kBroadcast, sendbuff, recvbuff, count, datatype, 0, root, comm);
+    return run(OpKind::kBroadcast, sendbuff, recvbuff, count, datatype, 0, root, comm, stream);
   });
 }
 
 NCCL_API(ncclResult_t, ncclBcast, void* buff, size_t count, ncclDataType_t datatype, int root,
          ncclComm_t comm, cudaStream_t stream) {
   return guard("ncclBcast", [&] {
-    return run(OpKind::kBroadcast, buff, buff, count, datatype, 0, root, comm);
+    return run(OpKind::kBroadcast, buff, buff, count, datatype, 0, root, comm, stream);
   });
 }
 
 NCCL_API(ncclResult_t, ncclAlltoAll, const void* sendbuff, void* recvbuff, size_t count,
          ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
   return guard("ncclAlltoAll", [&] {
-    return run(OpKind::kAllToAll, sendbuff, recvbuff, count, datatype, 0, 0, comm);
+    return run(OpKind::kAllToAll, sendbuff, recvbuff, count, datatype, 0, 0, comm, stream);
   });
 }
 
 NCCL_API(ncclResult_t, ncclGather, const void* sendbuff, void* recvbuff, size_t count,
          ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream) {
   return guard("ncclGather", [&] {
-    return run(OpKind::kGather, sendbuff, recvbuff, count, datatype, 0, root, comm);
+    return run(OpKind::kGather, sendbuff, recvbuff, count, datatype, 0, root, comm, stream);
   });
 }
 
 NCCL_API(ncclResult_t, ncclScatter, const void* sendbuff, void* recvbuff, size_t count,
          ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream) {
   return guard("ncclScatter", [&] {
-    return run(OpKind::kScatter, sendbuff, recvbuff, count, datatype, 0, root, comm);
+    return run(OpKind::kScatter, sendbuff, recvbuff, count, datatype, 0, root, comm, stream);
   });
 }
 
 NCCL_API(ncclResult_t, ncclSend, const void* sendbuff, size_t count, ncclDataType_t datatype, int peer,
          ncclComm_t comm, cudaStream_t stream) {
   return guard("ncclSend", [&] {
-    return run(OpKind::kSend, sendbuff, nullptr, count, datatype, 0, peer, comm);
+    return run(OpKind::kSend, sendbuff, nullptr, count, datatype, 0, peer, comm, stream);
   });
 }
 
 NCCL_API(ncclResult_t, ncclRecv, void* recvbuff, size_t count, ncclDataType_t datatype, int peer,
          ncclComm_t comm, cudaStream_t stream) {
   return guard("ncclRecv", [&] {
-    return run(OpKind::kRecv, nullptr, recvbuff, count, datatype, 0, peer, comm);
+    return run(OpKind::kRecv, nullptr, recvbuff, count, datatype, 0, peer, comm, stream);
   });
 }

@@ -243,9 +243,13 @@ NCCL_API(ncclResult_t, ncclCommFinalize, ncclComm_t comm) {
   return guard("ncclCommFinalize", [&]() -> Status {
     LOOM_ASSIGN_OR_RETURN(CommRef c, lookup(comm));
     // Host mode: every operation has completed when its call returned, so
-    // finalizing only waits for a pending non-blocking init.
+    // finalizing only waits for a pending non-blocking init. Cuda mode
+    // also waits for the queued operations (bounded by LOOM_TIMEOUT_S).
     Status s = c->waitReady();
-    return s.code() == Code::kInProgress ? Status::ok() : s;
+    if (s.code() == Code::kInProgress) return Status::ok();
+    LOOM_TRY(s);
+    if (core::DeviceQueue* q = c->deviceQueue()) LOOM_TRY(q->drain(c->options().timeoutS));
+    return c->stickyError();
   });
 }
 

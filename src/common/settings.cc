@@ -71,8 +71,9 @@ constexpr Spec kTable[] = {
 
     // Device selection
     {"LOOM_DEVICE", T::kString, "auto", "INIT",
-     "Buffer mode of this process: host (host pointers, no GPU), cuda (device pointers), or auto "
-     "(cuda where a usable GPU exists, else host). All ranks of a communicator must agree."},
+     "Buffer mode of new communicators: host (host pointers, calls complete before returning), cuda "
+     "(device pointers, work ordered on the call's stream), or auto (cuda where a CUDA device answers, "
+     "else host). Splits keep their parent's mode. All ranks of a communicator must agree."},
 
     // Buffers and pipelining
     {"NCCL_BUFFSIZE", T::kInt, "4194304", "TUNING",

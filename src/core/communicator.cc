@@ -63,6 +63,7 @@ CommOptions CommOptions::fromSettings() {
   o.timeoutS = double(cfg->getInt("LOOM_TIMEOUT_S"));
   o.initTimeoutS = double(std::max<int64_t>(cfg->getInt("LOOM_INIT_TIMEOUT_S"), 1));
   o.link.selection = transport::Selection::fromSettings();
+  o.device = cfg->getString("LOOM_DEVICE");
   return o;
 }
 
@@ -204,16 +205,34 @@ Status Communicator::initFromId(const uint8_t id[kUniqueIdBytes], int nranks, in
     LOOM_ASSIGN_OR_RETURN(root_, RootServer::start(std::move(listener.value()), ro));
   }
   LOOM_ASSIGN_OR_RETURN(bootstrap_, Bootstrap::open(ident, &root));
-  LOOM_ASSIGN_OR_RETURN(Mode mode, processMode());
+  LOOM_ASSIGN_OR_RETURN(mode_, resolveMode(options_.device));
+  int device = -1;
+  if (mode_ == Mode::kCuda) {
+    LOOM_ASSIGN_OR_RETURN(device, device::api()->currentDevice());
+  }
+  LOOM_TRY(startDeviceMode(device));
   wire::RankInfo self;
   self.pid = uint32_t(getpid());
   self.hostHash = topology::hostHash();
-  self.mode = uint32_t(mode);
+  self.mode = uint32_t(mode_);
+  if (device >= 0) self.cudaDevice = uint32_t(device);
   self.hostname = topology::hostName();
   Deadline deadline = Deadline::afterSeconds(options_.initTimeoutS + 15);
   Status s = bootstrap_->joinRoot(root, self, deadline, &abort_);
   if (!s.isOk()) return s.addContext("rank " + std::to_string(rank) + " of " + std::to_string(nranks));
   return finishInit();
+}
+
+Status Communicator::startDeviceMode(int device) {
+  if (mode_ != Mode::kCuda) return Status::ok();
+  device::Api* api = device::api();
+  if (!api) return internalError("cuda mode without a CUDA table");
+  cudaDevice_ = device;
+  LOOM_ASSIGN_OR_RETURN(auto queue, DeviceQueue::create(this, api));
+  std::lock_guard<std::mutex> lock(deviceQueueMutex_);
+  deviceQueue_ = std::move(queue);
+  if (aborted()) deviceQueue_->abort();
+  return Status::ok();
 }
 
 Status Communicator::finishInit() {
@@ -354,6 +373,10 @@ void Communicator::abort() {
   if (!abort_.exchange(true)) {
     uint64_t one = 1;
     if (wakeFd_.valid()) (void)!::write(wakeFd_.get(), &one, sizeof one);
+  }
+  {
+    std::lock_guard<std::mutex> lock(deviceQueueMutex_);
+    if (deviceQueue_) deviceQueue_->abort();
   }
   abortDependents();
 }
@@ -675,9 +698,11 @@ Status Communicator::split(CommRef parentRef, uint64_t ticket, int color, int ke
   // parent's notices say why.
   child->rank_ = ident.rank;
   child->nranks_ = ident.nranks;
+  child->mode_ = parent.mode_;
   child->bootstrap_->setIdentity(ident);
   log::ScopedRank logRank(ident.rank);
-  Status s = child->bootstrap_->adoptTable(std::move(table), deadline, child->abortFlag());
+  Status s = child->startDeviceMode(parent.cudaDevice_);
+  if (s.isOk()) s = child->bootstrap_->adoptTable(std::move(table), deadline, child->abortFlag());
   if (s.isOk()) s = child->finishInit();
   if (s.code() == Code::kRemoteError && !child->aborted()) {
     Status cause = parent.reportWithin(kPeerReportGraceMs);

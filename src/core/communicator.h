@@ -34,6 +34,7 @@
 
 #include "common/status.h"
 #include "core/bootstrap.h"
+#include "core/device_queue.h"
 #include "core/executor.h"
 #include "core/mode.h"
 #include "core/op.h"
@@ -54,6 +55,8 @@ struct CommOptions {
   int channels = 1;  // connections per peer pair (plans address (peer, channel))
   double timeoutS = 1800;
   double initTimeoutS = 300;
+  // Buffer mode wanted: "auto", "host" or "cuda" (LOOM_DEVICE; core/mode.h).
+  std::string device = "auto";
   // Filled from the settings; the API layer then applies ncclConfig_t.
   static CommOptions fromSettings();
 };
@@ -116,7 +119,12 @@ class Communicator {
 
   int rank() const { return rank_; }
   int nranks() const { return nranks_; }
-  int cudaDevice() const { return -1; }  // host mode
+  // The buffer mode, fixed at init (host until then), and in cuda mode the
+  // device bound at init (the caller's current device), else -1.
+  Mode mode() const { return mode_; }
+  int cudaDevice() const { return cudaDevice_; }
+  // Cuda mode: the queue its operations run through (core/device_queue.h).
+  DeviceQueue* deviceQueue() { return deviceQueue_.get(); }
   const CommOptions& options() const { return options_; }
   Bootstrap& bootstrap() { return *bootstrap_; }
   const Bootstrap& bootstrap() const { return *bootstrap_; }
@@ -211,7 +219,12 @@ class Communicator {
     const void* scalarPtr = nullptr;
   };
 
+  // Cuda mode: picks the table and binds the device (init and split).
+  Status startDeviceMode(int device);
+
   CommOptions options_;
+  Mode mode_ = Mode::kHost;
+  int cudaDevice_ = -1;
   int rank_ = 0;
   int nranks_ = 1;
   std::unique_ptr<Bootstrap> bootstrap_;
@@ -245,6 +258,10 @@ class Communicator {
   std::mutex opMutex_;
   Scratch scratch_;
   uint64_t seq_ = 0;
+  // Last: its thread runs operations on everything above, so it goes first.
+  // Set once by init (under the mutex, which abort() takes too).
+  std::mutex deviceQueueMutex_;
+  std::unique_ptr<DeviceQueue> deviceQueue_;
   mutable std::mutex opsMutex_;
   std::vector<UserOp> userOps_;
 };

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "common/log.h"
+#include "core/device_queue.h"
 #include "core/planner.h"
 
 namespace loom::core {
@@ -246,17 +247,46 @@ class Engine {
   Clock::time_point lastProgress_;
 };
 
-}  // namespace
-
-Status runOps(std::vector<PendingOp> ops) {
+std::vector<Communicator*> commsOf(const std::vector<PendingOp>& ops) {
   std::vector<Communicator*> comms;
   for (const auto& p : ops)
     if (std::find(comms.begin(), comms.end(), p.comm.get()) == comms.end()) comms.push_back(p.comm.get());
-  for (Communicator* c : comms) {
-    Status s = c->waitReady();
-    if (s.isOk()) s = c->waitSplits();  // splits called before these operations go first
-    if (!s.isOk()) return s;
+  return comms;
+}
+
+// Init done, and splits called before these operations went first.
+Status waitTurn(Communicator* c) {
+  Status s = c->waitReady();
+  return s.isOk() ? c->waitSplits() : s;
+}
+
+// Cuda mode: each communicator's share goes to its device queue, in call order.
+Status submitToDevices(std::vector<PendingOp> ops) {
+  for (Communicator* c : commsOf(ops)) {
+    LOOM_TRY(waitTurn(c));
+    std::vector<OpDesc> mine;
+    CommRef pin;
+    for (auto& p : ops) {
+      if (p.comm.get() != c) continue;
+      mine.push_back(p.op);
+      if (!pin) pin = p.comm;
+    }
+    DeviceQueue* q = c->deviceQueue();
+    if (!q) return internalError(c->describe() + " is in cuda mode but has no device queue");
+    LOOM_TRY(q->submit(std::move(pin), std::move(mine)));
   }
+  return Status::ok();
+}
+
+}  // namespace
+
+Status runOps(std::vector<PendingOp> ops) {
+  for (Communicator* c : commsOf(ops)) LOOM_TRY(waitTurn(c));
+  return runPlannedOps(std::move(ops));
+}
+
+Status runPlannedOps(std::vector<PendingOp> ops) {
+  std::vector<Communicator*> comms = commsOf(ops);
   // Lock in address order so two threads with overlapping groups cannot deadlock.
   std::vector<Communicator*> order = comms;
   std::sort(order.begin(), order.end());
@@ -325,7 +355,11 @@ Status groupEnd() {
   }
   for (auto& t : threads) t.join();
   if (!first.isOk()) return first;
-  if (!ops.empty()) LOOM_TRY(runOps(std::move(ops)));
+  // Device work is queued first: it never blocks, while host work runs here.
+  std::vector<PendingOp> device, host;
+  for (auto& p : ops) (p.comm->mode() == Mode::kCuda ? device : host).push_back(std::move(p));
+  if (!device.empty()) LOOM_TRY(submitToDevices(std::move(device)));
+  if (!host.empty()) LOOM_TRY(runOps(std::move(host)));
   return inProgress ? Status(Code::kInProgress, "non-blocking init in progress") : Status::ok();
 }
 
@@ -366,9 +400,10 @@ Status groupSimulateEnd(float* estimatedUs) {
 
 Status enqueue(CommRef comm, const OpDesc& op) {
   if (tGroup.depth == 0) {
+    const bool device = comm->mode() == Mode::kCuda;
     std::vector<PendingOp> ops;
     ops.push_back(PendingOp{std::move(comm), op});
-    return runOps(std::move(ops));
+    return device ? submitToDevices(std::move(ops)) : runOps(std::move(ops));
   }
   tGroup.ops.push_back(PendingOp{std::move(comm), op});
   return Status::ok();

@@ -47,5 +47,8 @@ struct PendingOp {
   OpDesc op;
 };
 Status runOps(std::vector<PendingOp> ops);
+// runOps without waiting for a pending init or earlier splits: for callers
+// that waited when the operations were called (the device queue).
+Status runPlannedOps(std::vector<PendingOp> ops);
 
 }  // namespace loom::core

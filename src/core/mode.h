@@ -1,6 +1,9 @@
-// The buffer mode of this process: host pointers or CUDA device pointers.
-// Chosen once, at the first communicator init, from LOOM_DEVICE.
+// Buffer modes: host pointers, or CUDA device pointers ordered on streams.
+// A property of each communicator, fixed at its init: LOOM_DEVICE gives
+// the default (CommOptions::device), splits inherit their parent's.
 #pragma once
+
+#include <string>
 
 #include "common/status.h"
 
@@ -9,7 +12,8 @@ namespace loom::core {
 enum class Mode : int { kHost = 0, kCuda = 1 };
 const char* modeName(Mode mode);
 
-// Decides (once) and returns the mode, or why the requested one is unusable.
-Result<Mode> processMode();
+// "host", "cuda", or "auto"/"" (cuda exactly when a CUDA device answers):
+// the mode, or why the requested one is unusable here.
+Result<Mode> resolveMode(const std::string& want);
 
 }  // namespace loom::core

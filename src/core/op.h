@@ -37,6 +37,9 @@ struct OpDesc {
   kernels::Reduction reduction{};
   const void* scalarPtr = nullptr;
   int root = 0;  // Broadcast/Reduce/Gather/Scatter root; Send/Recv peer
+  // Cuda mode: the cudaStream_t it is ordered on (nullptr: the legacy
+  // default stream). Host mode ignores it: calls complete before returning.
+  void* stream = nullptr;
 };
 
 bool isReducing(OpKind kind);

@@ -4,8 +4,8 @@
 #                 one, which needs 6 GiB of plain buffers), build-asan/;
 #                 each unit test binary runs once with all its cases
 #                 (tests/CMakeLists.txt, loom_unit_tests)
-#   TSan:         the tests that run ranks as threads of one process,
-#                 build-tsan/
+#   TSan:         the tests that run ranks as threads of one process
+#                 (cuda mode's on the emulated device too), build-tsan/
 # Any report fails the run: UBSan is built to abort, ASan and TSan exit
 # non-zero. Suppressions, each with its reason, live in
 # tools/scripts/sanitizer-suppressions/.
@@ -47,11 +47,13 @@ fi
 if [ "$which" = all ] || [ "$which" = tsan ]; then
   dir="${TSAN_BUILD_DIR:-$root/build-tsan}"
   configure "$dir" thread
-  cmake --build "$dir" -j "$jobs" --target mp_reliability_test mp_comm_test mp_matrix_test mp_failure_test
+  cmake --build "$dir" -j "$jobs" --target mp_reliability_test mp_comm_test mp_matrix_test mp_failure_test \
+    loom_cuda_mode_test
   export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$supp/tsan.txt"
   # Ranks as threads: the matrix at 2 and 3 ranks, the communicator
-  # features, the reliability races, and abort from another thread.
+  # features, the reliability races, abort from another thread, and cuda
+  # mode's progress threads and streams on the emulated device.
   (cd "$dir" && ctest --output-on-failure --timeout 900 -j "$jobs" \
-     -R '^(mp_reliability_test\.|mp_comm_test\.|mp_matrix_test\..*/n[23](_tcp)?$|mp_failure_test\..*AbortFromAnotherThread)')
+     -R '^(mp_reliability_test\.|mp_comm_test\.|mp_matrix_test\..*/n[23](_tcp)?$|mp_failure_test\..*AbortFromAnotherThread|loom_cuda_mode_test\.all$)')
   unset TSAN_OPTIONS
 fi

@@ -1,0 +1,83 @@
+// Cuda mode: a communicator's operations on device buffers, ordered on the
+// callers' CUDA streams, run by a progress thread of its own.
+//
+// submit() (the caller's thread, at the call or at ncclGroupEnd) queues on
+// each stream the job's operations touch: a host function that marks the
+// job ready once the work queued before it on that stream has finished,
+// then a gate that holds back the stream's later work until the job is
+// released. It returns at once and never waits for a peer.
+//
+// The progress thread runs ready jobs in submission order (the order every
+// rank called them in). This first version stages the device buffers
+// through pinned host memory and runs the host engine on them: correct
+// with every transport, the fallback the direct device paths will keep.
+// Each job ends by publishing its sequence number to a word in pinned host
+// memory that the gates read; failures are recorded as the communicator's
+// sticky error (ncclCommGetAsyncError) and release the streams too, as
+// abort() does for every queued job at once: no user stream is ever left
+// waiting on loom.
+//
+// Lifetime: a queued job pins its communicator (CommRef), so destroying it
+// waits for queued work; the communicator destroys its queue only when no
+// job is left, joining the thread.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "common/status.h"
+#include "core/op.h"
+#include "device/device.h"
+
+namespace loom::core {
+
+class Communicator;
+class CommRef;
+
+class DeviceQueue {
+ public:
+  // `comm` owns the queue and outlives it.
+  static Result<std::unique_ptr<DeviceQueue>> create(Communicator* comm, device::Api* api);
+  ~DeviceQueue();
+  DeviceQueue(const DeviceQueue&) = delete;
+  DeviceQueue& operator=(const DeviceQueue&) = delete;
+
+  // Queues one communicator's operations of a group (their OpDesc::stream
+  // say where each belongs). `pin` pins the owning communicator.
+  Status submit(CommRef pin, std::vector<OpDesc> ops);
+  // Waits until every job submitted so far has been released, at most
+  // `seconds`; kInvalidUsage-style error when the time ran out.
+  Status drain(double seconds);
+  // Any thread: releases every queued job and its streams now (the
+  // communicator is aborted; a running job stops through the abort flag).
+  void abort();
+
+  // Jobs submitted and released so far (tests, logs).
+  uint64_t submitted() const;
+  uint64_t released() const;
+
+ private:
+  struct Signal;
+  struct Job;
+  DeviceQueue(Communicator* comm, device::Api* api);
+  void loop();
+  Status run(Job& job);
+  void release(uint64_t seq);
+
+  Communicator* const comm_;
+  device::Api* const api_;
+  std::shared_ptr<Signal> signal_;  // shared with host functions that may outlive the queue
+  uint64_t* word_ = nullptr;        // the gates' word (device::gateWord)
+  uint64_t base_ = 0;               // its value when this queue took it
+  device::Stream stream_ = nullptr;  // staging copies
+  void* staging_ = nullptr;          // pinned
+  size_t stagingBytes_ = 0;
+  std::thread thread_;
+};
+
+}  // namespace loom::core

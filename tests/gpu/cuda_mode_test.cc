@@ -1,0 +1,408 @@
+// Cuda mode on the emulated device (emulated_device.h): ranks as threads of
+// this process, device buffers that crash if the host touches them, and
+// streams that run their work late and in random delays. What is checked
+// is the orchestration NCCL's users rely on: calls return at once, the
+// work runs after the stream's earlier work and before its later work,
+// groups span communicators and streams, finalize drains, abort and a
+// failed peer release every stream, errors are sticky and asynchronous,
+// device-resident scalars are read when the operation runs, and graph
+// capture is refused with a clear error.
+#include <gtest/gtest.h>
+#include <nccl.h>
+
+#include <chrono>
+#include <cstring>
+#include <future>
+#include <numeric>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "device/device.h"
+#include "emulated_device.h"
+
+namespace {
+
+using loom::test::EmulatedDevice;
+using Stream = loom::device::Stream;
+
+// One table for the whole process: gate words handed out from its pinned
+// pages live as long as the process (device/device.h).
+EmulatedDevice& emu() {
+  static EmulatedDevice* d = new EmulatedDevice(EmulatedDevice::Options{1, 1000});
+  return *d;
+}
+
+cudaStream_t asCuda(Stream s) { return static_cast<cudaStream_t>(s); }
+
+// A stream "kernel" that holds its stream until the test opens it: proves a
+// call returned without waiting for the stream's earlier work.
+class Latch {
+ public:
+  void open() { promise_.set_value(); }
+  // Queued on `s`: waits for open() (at most 60 s, so a bug fails, never hangs).
+  void holdStream(Stream s, std::function<void()> then = {}) {
+    auto f = future_;
+    emu().launch(s, [f, then] {
+      f.wait_for(std::chrono::seconds(60));
+      if (then) then();
+    });
+  }
+
+ private:
+  std::promise<void> promise_;
+  std::shared_future<void> future_ = promise_.get_future().share();
+};
+
+// Waits for `s` with a bound: a stream left gated forever fails the test.
+::testing::AssertionResult drains(Stream s, int seconds = 30) {
+  auto done = std::async(std::launch::async, [s] { return emu().synchronize(s).isOk(); });
+  if (done.wait_for(std::chrono::seconds(seconds)) != std::future_status::ready) {
+    return ::testing::AssertionFailure() << "the stream is still gated after " << seconds << " s";
+  }
+  return done.get() ? ::testing::AssertionSuccess() : ::testing::AssertionFailure() << "synchronize failed";
+}
+
+struct DeviceBuffer {
+  explicit DeviceBuffer(size_t bytes) : bytes(bytes), ptr(emu().allocDevice(bytes).value()) {}
+  ~DeviceBuffer() { emu().freeDevice(ptr); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(ptr);
+  }
+  template <typename T>
+  T* host() const {
+    return static_cast<T*>(EmulatedDevice::hostView(ptr));
+  }
+  size_t bytes;
+  void* ptr;
+};
+
+class CudaMode : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { loom::device::setApiForTesting(&emu()); }
+  static void TearDownTestSuite() { loom::device::setApiForTesting(nullptr); }
+
+  void makeRanks(int n) {
+    comms_.assign(size_t(n), nullptr);
+    ASSERT_EQ(ncclCommInitAll(comms_.data(), n, nullptr), ncclSuccess) << ncclGetLastError(nullptr);
+    for (int r = 0; r < n; ++r) streams_.push_back(emu().createStream().value());
+  }
+  void TearDown() override {
+    for (ncclComm_t c : comms_) {
+      if (c) {
+        EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
+      }
+    }
+    for (Stream s : streams_) {
+      EXPECT_TRUE(drains(s));
+      emu().destroyStream(s);
+    }
+  }
+  int n() const { return int(comms_.size()); }
+
+  std::vector<ncclComm_t> comms_;
+  std::vector<Stream> streams_;
+};
+
+TEST_F(CudaMode, CommunicatorsAreInCudaModeOnTheCurrentDevice) {
+  makeRanks(2);
+  for (ncclComm_t c : comms_) {
+    int device = -1;
+    ASSERT_EQ(ncclCommCuDevice(c, &device), ncclSuccess);
+    EXPECT_EQ(device, 0);
+  }
+}
+
+// The call returns while the stream's earlier work still runs; the
+// operation sees that work's output; the stream's later work sees the
+// operation's output.
+TEST_F(CudaMode, AllReduceIsOrderedOnTheStreamAndReturnsAtOnce) {
+  makeRanks(3);
+  constexpr size_t kCount = 100000;
+  std::vector<std::unique_ptr<DeviceBuffer>> in, out;
+  std::vector<std::vector<float>> seen(static_cast<size_t>(n()));
+  Latch latch;
+  for (int r = 0; r < n(); ++r) {
+    in.push_back(std::make_unique<DeviceBuffer>(kCount * sizeof(float)));
+    out.push_back(std::make_unique<DeviceBuffer>(kCount * sizeof(float)));
+    float* host = in.back()->host<float>();
+    latch.holdStream(streams_[size_t(r)], [host, r] {
+      for (size_t i = 0; i < kCount; ++i) host[i] = float((r + 1) * int(i % 97));
+    });
+  }
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  for (int r = 0; r < n(); ++r) {
+    ASSERT_EQ(ncclAllReduce(in[size_t(r)]->ptr, out[size_t(r)]->ptr, kCount, ncclFloat, ncclSum, comms_[size_t(r)],
+                            asCuda(streams_[size_t(r)])),
+              ncclSuccess);
+  }
+  ASSERT_EQ(ncclGroupEnd(), ncclSuccess);  // returned with every stream still held by the latch
+  for (int r = 0; r < n(); ++r) {
+    float* host = out[size_t(r)]->host<float>();
+    auto* dst = &seen[size_t(r)];
+    emu().launch(streams_[size_t(r)], [host, dst] { dst->assign(host, host + kCount); });
+  }
+  latch.open();
+  for (int r = 0; r < n(); ++r) {
+    ASSERT_TRUE(drains(streams_[size_t(r)]));
+    ASSERT_EQ(seen[size_t(r)].size(), kCount);
+    for (size_t i = 0; i < kCount; i += 997) ASSERT_EQ(seen[size_t(r)][i], float(6 * int(i % 97))) << "rank " << r << " element " << i;
+  }
+  int64_t err = 0;
+  for (ncclComm_t c : comms_) {
+    ncclResult_t async = ncclInternalError;
+    ASSERT_EQ(ncclCommGetAsyncError(c, &async), ncclSuccess);
+    err += async != ncclSuccess;
+  }
+  EXPECT_EQ(err, 0);
+}
+
+// Every collective and point-to-point call, in place and out of place, on
+// device buffers: the same results as the host engine's.
+TEST_F(CudaMode, EveryCollectiveOnDeviceBuffers) {
+  makeRanks(3);
+  const int N = n();
+  constexpr size_t kCount = 4099;
+  auto value = [](int rank, size_t i) { return int32_t(rank * 1000 + int(i % 1013)); };
+  struct RankBufs {
+    std::unique_ptr<DeviceBuffer> send, recv;
+  };
+  std::vector<RankBufs> b(static_cast<size_t>(N));
+  auto reset = [&] {
+    for (int r = 0; r < N; ++r) {
+      b[size_t(r)].send = std::make_unique<DeviceBuffer>(kCount * size_t(N) * sizeof(int32_t));
+      b[size_t(r)].recv = std::make_unique<DeviceBuffer>(kCount * size_t(N) * sizeof(int32_t));
+      int32_t* s = b[size_t(r)].send->host<int32_t>();
+      for (size_t i = 0; i < kCount * size_t(N); ++i) s[i] = value(r, i);
+      std::memset(b[size_t(r)].recv->host<int32_t>(), 0xee, kCount * size_t(N) * sizeof(int32_t));
+    }
+  };
+  auto run = [&](const char* what, const std::function<ncclResult_t(int)>& call) {
+    SCOPED_TRACE(what);
+    ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+    for (int r = 0; r < N; ++r) ASSERT_EQ(call(r), ncclSuccess) << ncclGetLastError(comms_[size_t(r)]);
+    ASSERT_EQ(ncclGroupEnd(), ncclSuccess);
+    for (int r = 0; r < N; ++r) ASSERT_TRUE(drains(streams_[size_t(r)]));
+  };
+  auto S = [&](int r) { return asCuda(streams_[size_t(r)]); };
+
+  reset();
+  run("AllGather", [&](int r) {
+    return ncclAllGather(b[size_t(r)].send->ptr, b[size_t(r)].recv->ptr, kCount, ncclInt32, comms_[size_t(r)], S(r));
+  });
+  for (int r = 0; r < N; ++r)
+    for (int p = 0; p < N; ++p)
+      for (size_t i = 0; i < kCount; i += 101)
+        ASSERT_EQ(b[size_t(r)].recv->host<int32_t>()[size_t(p) * kCount + i], value(p, i));
+
+  reset();
+  run("ReduceScatter", [&](int r) {
+    return ncclReduceScatter(b[size_t(r)].send->ptr, b[size_t(r)].recv->ptr, kCount, ncclInt32, ncclSum,
+                             comms_[size_t(r)], S(r));
+  });
+  for (int r = 0; r < N; ++r)
+    for (size_t i = 0; i < kCount; i += 101) {
+      int32_t want = 0;
+      for (int p = 0; p < N; ++p) want += value(p, size_t(r) * kCount + i);
+      ASSERT_EQ(b[size_t(r)].recv->host<int32_t>()[i], want);
+    }
+
+  reset();
+  run("Broadcast from 1", [&](int r) {
+    return ncclBroadcast(b[size_t(r)].send->ptr, b[size_t(r)].recv->ptr, kCount, ncclInt32, 1, comms_[size_t(r)], S(r));
+  });
+  for (int r = 0; r < N; ++r)
+    for (size_t i = 0; i < kCount; i += 101) ASSERT_EQ(b[size_t(r)].recv->host<int32_t>()[i], value(1, i));
+
+  reset();
+  run("Reduce to 2, max", [&](int r) {
+    return ncclReduce(b[size_t(r)].send->ptr, b[size_t(r)].recv->ptr, kCount, ncclInt32, ncclMax, 2, comms_[size_t(r)],
+                      S(r));
+  });
+  for (size_t i = 0; i < kCount; i += 101) ASSERT_EQ(b[2].recv->host<int32_t>()[i], value(N - 1, i));
+
+  reset();
+  run("AllToAll", [&](int r) {
+    return ncclAlltoAll(b[size_t(r)].send->ptr, b[size_t(r)].recv->ptr, kCount, ncclInt32, comms_[size_t(r)], S(r));
+  });
+  for (int r = 0; r < N; ++r)
+    for (int p = 0; p < N; ++p)
+      for (size_t i = 0; i < kCount; i += 101)
+        ASSERT_EQ(b[size_t(r)].recv->host<int32_t>()[size_t(p) * kCount + i], value(p, size_t(r) * kCount + i));
+
+  reset();
+  run("Send/Recv ring", [&](int r) {
+    ncclResult_t a = ncclSend(b[size_t(r)].send->ptr, kCount, ncclInt32, (r + 1) % N, comms_[size_t(r)], S(r));
+    if (a != ncclSuccess) return a;
+    return ncclRecv(b[size_t(r)].recv->ptr, kCount, ncclInt32, (r + N - 1) % N, comms_[size_t(r)], S(r));
+  });
+  for (int r = 0; r < N; ++r)
+    for (size_t i = 0; i < kCount; i += 101) ASSERT_EQ(b[size_t(r)].recv->host<int32_t>()[i], value((r + N - 1) % N, i));
+
+  reset();
+  run("AllReduce in place", [&](int r) {
+    return ncclAllReduce(b[size_t(r)].send->ptr, b[size_t(r)].send->ptr, kCount, ncclInt32, ncclSum, comms_[size_t(r)],
+                         S(r));
+  });
+  for (int r = 0; r < N; ++r)
+    for (size_t i = 0; i < kCount; i += 101) {
+      int32_t want = 0;
+      for (int p = 0; p < N; ++p) want += value(p, i);
+      ASSERT_EQ(b[size_t(r)].send->host<int32_t>()[i], want);
+    }
+
+  reset();
+  run("AllGather in place", [&](int r) {
+    char* base = static_cast<char*>(b[size_t(r)].send->ptr);
+    return ncclAllGather(base + size_t(r) * kCount * sizeof(int32_t), base, kCount, ncclInt32, comms_[size_t(r)], S(r));
+  });
+  for (int r = 0; r < N; ++r)
+    for (int p = 0; p < N; ++p)
+      for (size_t i = 0; i < kCount; i += 101)
+        ASSERT_EQ(b[size_t(r)].send->host<int32_t>()[size_t(p) * kCount + i], value(p, size_t(p) * kCount + i));
+}
+
+// ncclCommFinalize returns only once the queued work has run.
+TEST_F(CudaMode, FinalizeWaitsForQueuedWork) {
+  makeRanks(2);
+  constexpr size_t kCount = 1000;
+  DeviceBuffer a(kCount * 4), b(kCount * 4);
+  std::vector<std::unique_ptr<DeviceBuffer>> bufs;
+  Latch latch;
+  latch.holdStream(streams_[0]);
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  for (int r = 0; r < 2; ++r) {
+    bufs.push_back(std::make_unique<DeviceBuffer>(kCount * 4));
+    std::fill_n(bufs.back()->host<float>(), kCount, 1.0f);
+    ASSERT_EQ(ncclAllReduce(bufs.back()->ptr, bufs.back()->ptr, kCount, ncclFloat, ncclSum, comms_[size_t(r)],
+                            asCuda(streams_[size_t(r)])),
+              ncclSuccess);
+  }
+  ASSERT_EQ(ncclGroupEnd(), ncclSuccess);
+  auto finalize = std::async(std::launch::async, [&] {
+    ncclResult_t r0 = ncclCommFinalize(comms_[0]);
+    ncclResult_t r1 = ncclCommFinalize(comms_[1]);
+    return r0 == ncclSuccess && r1 == ncclSuccess;
+  });
+  EXPECT_EQ(finalize.wait_for(std::chrono::milliseconds(300)), std::future_status::timeout)
+      << "ncclCommFinalize returned while rank 0's operation was still held behind its stream";
+  latch.open();
+  ASSERT_EQ(finalize.wait_for(std::chrono::seconds(30)), std::future_status::ready);
+  EXPECT_TRUE(finalize.get());
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(bufs[size_t(r)]->host<float>()[kCount - 1], 2.0f);
+}
+
+// A rank whose peer never calls: ncclCommAbort releases its stream, with
+// the operation's work abandoned.
+TEST_F(CudaMode, AbortReleasesTheStream) {
+  makeRanks(2);
+  DeviceBuffer buf(4096);
+  ASSERT_EQ(ncclAllReduce(buf.ptr, buf.ptr, 1024, ncclFloat, ncclSum, comms_[0], asCuda(streams_[0])), ncclSuccess);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_GT(emu().pending(streams_[0]), 0u) << "the stream should wait for the operation";
+  ASSERT_EQ(ncclCommAbort(comms_[0]), ncclSuccess);
+  comms_[0] = nullptr;
+  EXPECT_TRUE(drains(streams_[0], 10));
+}
+
+// A peer that fails mid-operation: the waiting rank's operation fails, its
+// stream is released, and the error is sticky and asynchronous.
+TEST_F(CudaMode, FailedPeerIsAnAsyncErrorAndReleasesTheStream) {
+  makeRanks(2);
+  DeviceBuffer buf(4096);
+  ASSERT_EQ(ncclAllReduce(buf.ptr, buf.ptr, 1024, ncclFloat, ncclSum, comms_[0], asCuda(streams_[0])), ncclSuccess);
+  ASSERT_EQ(ncclCommAbort(comms_[1]), ncclSuccess);
+  comms_[1] = nullptr;
+  EXPECT_TRUE(drains(streams_[0], 30));
+  ncclResult_t async = ncclSuccess;
+  for (int i = 0; i < 300 && async == ncclSuccess; ++i) {
+    ASSERT_EQ(ncclCommGetAsyncError(comms_[0], &async), ncclSuccess);
+    if (async == ncclSuccess) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_NE(async, ncclSuccess);
+  EXPECT_NE(ncclAllReduce(buf.ptr, buf.ptr, 1024, ncclFloat, ncclSum, comms_[0], asCuda(streams_[0])), ncclSuccess)
+      << "a failed communicator must refuse new work";
+}
+
+// A PreMulSum scalar in device memory is read when the operation runs:
+// a write queued on the stream before the call is seen.
+TEST_F(CudaMode, DeviceScalarIsReadWhenTheOperationRuns) {
+  makeRanks(2);
+  constexpr size_t kCount = 513;
+  std::vector<std::unique_ptr<DeviceBuffer>> bufs, scalars;
+  std::vector<ncclRedOp_t> ops(2);
+  Latch latch;
+  for (int r = 0; r < 2; ++r) {
+    scalars.push_back(std::make_unique<DeviceBuffer>(sizeof(float)));
+    *scalars.back()->host<float>() = 1.0f;
+    ASSERT_EQ(ncclRedOpCreatePreMulSum(&ops[size_t(r)], scalars.back()->ptr, ncclFloat, ncclScalarDevice,
+                                       comms_[size_t(r)]),
+              ncclSuccess);
+    bufs.push_back(std::make_unique<DeviceBuffer>(kCount * sizeof(float)));
+    std::fill_n(bufs.back()->host<float>(), kCount, float(r + 1));
+    float* s = scalars.back()->host<float>();
+    latch.holdStream(streams_[size_t(r)], [s] { *s = 0.5f; });
+  }
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_EQ(ncclAllReduce(bufs[size_t(r)]->ptr, bufs[size_t(r)]->ptr, kCount, ncclFloat, ops[size_t(r)],
+                            comms_[size_t(r)], asCuda(streams_[size_t(r)])),
+              ncclSuccess);
+  }
+  ASSERT_EQ(ncclGroupEnd(), ncclSuccess);
+  latch.open();
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(drains(streams_[size_t(r)]));
+    EXPECT_EQ(bufs[size_t(r)]->host<float>()[kCount - 1], 1.5f);  // 0.5 * (1 + 2)
+    EXPECT_EQ(ncclRedOpDestroy(ops[size_t(r)], comms_[size_t(r)]), ncclSuccess);
+  }
+}
+
+// Not yet capturable: refused at the call, with the reason, and nothing queued.
+TEST_F(CudaMode, GraphCaptureIsRefusedClearly) {
+  makeRanks(1);
+  DeviceBuffer buf(4096);
+  emu().beginCapture(streams_[0]);
+  EXPECT_EQ(ncclAllReduce(buf.ptr, buf.ptr, 1024, ncclFloat, ncclSum, comms_[0], asCuda(streams_[0])),
+            ncclInvalidUsage);
+  EXPECT_NE(std::string(ncclGetLastError(comms_[0])).find("captured into a CUDA graph"), std::string::npos)
+      << ncclGetLastError(comms_[0]);
+  emu().endCapture(streams_[0]);
+  EXPECT_EQ(emu().pending(streams_[0]), 0u);
+  ASSERT_EQ(ncclAllReduce(buf.ptr, buf.ptr, 1024, ncclFloat, ncclSum, comms_[0], asCuda(streams_[0])), ncclSuccess);
+}
+
+// Many operations queued on several streams per rank without waiting in
+// between: they run in call order and every stream drains.
+TEST_F(CudaMode, ManyQueuedOperationsAcrossStreams) {
+  makeRanks(2);
+  constexpr int kOps = 20;
+  constexpr size_t kCount = 257;
+  Stream extra[2] = {emu().createStream().value(), emu().createStream().value()};
+  std::vector<std::unique_ptr<DeviceBuffer>> bufs;
+  for (int r = 0; r < 2; ++r) {
+    bufs.push_back(std::make_unique<DeviceBuffer>(kCount * sizeof(int32_t)));
+    std::fill_n(bufs.back()->host<int32_t>(), kCount, 1);
+  }
+  for (int k = 0; k < kOps; ++k) {
+    ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+    for (int r = 0; r < 2; ++r) {
+      Stream s = k % 2 ? extra[r] : streams_[size_t(r)];
+      ASSERT_EQ(ncclAllReduce(bufs[size_t(r)]->ptr, bufs[size_t(r)]->ptr, kCount, ncclInt32, ncclSum,
+                              comms_[size_t(r)], asCuda(s)),
+                ncclSuccess);
+    }
+    ASSERT_EQ(ncclGroupEnd(), ncclSuccess);
+  }
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(drains(streams_[size_t(r)]));
+    ASSERT_TRUE(drains(extra[r]));
+    emu().destroyStream(extra[r]);
+  }
+  // Each operation doubles: the streams' interleaving never reordered them.
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(bufs[size_t(r)]->host<int32_t>()[kCount - 1], 1 << kOps);
+}
+
+}  // namespace

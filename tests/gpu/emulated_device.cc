@@ -1,0 +1,227 @@
+#include "emulated_device.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <random>
+
+namespace loom::test {
+namespace {
+
+constexpr uintptr_t kDeviceTag = uintptr_t(1) << 61;
+thread_local int tCurrentDevice = 0;
+
+}  // namespace
+
+struct EmulatedDevice::Queue {
+  explicit Queue(int maxDelayUs, uint64_t seed) : maxDelayUs(maxDelayUs), rng(seed) {
+    worker = std::thread([this] { run(); });
+  }
+  ~Queue() {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      stop = true;
+    }
+    cv.notify_all();
+    worker.join();
+  }
+  void push(std::function<void()> f) {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      items.push_back(std::move(f));
+      ++queued;
+    }
+    cv.notify_all();
+  }
+  void waitIdle() {
+    std::unique_lock<std::mutex> lock(mutex);
+    const uint64_t target = queued;
+    cv.wait(lock, [&] { return finished >= target; });
+  }
+  size_t pending() {
+    std::lock_guard<std::mutex> lock(mutex);
+    return size_t(queued - finished);
+  }
+  void run() {
+    for (;;) {
+      std::function<void()> f;
+      int delay = 0;
+      {
+        std::unique_lock<std::mutex> lock(mutex);
+        cv.wait(lock, [&] { return stop || !items.empty(); });
+        if (items.empty()) return;  // stopping, and nothing left
+        f = std::move(items.front());
+        items.pop_front();
+        delay = maxDelayUs > 0 ? int(rng() % uint64_t(maxDelayUs + 1)) : 0;
+      }
+      if (delay > 0) std::this_thread::sleep_for(std::chrono::microseconds(delay));
+      f();
+      {
+        std::lock_guard<std::mutex> lock(mutex);
+        ++finished;
+      }
+      cv.notify_all();
+    }
+  }
+
+  const int maxDelayUs;
+  std::mt19937_64 rng;
+  std::mutex mutex;
+  std::condition_variable cv;
+  std::deque<std::function<void()>> items;
+  uint64_t queued = 0, finished = 0;
+  bool stop = false;
+  bool capturing = false;
+  std::thread worker;
+};
+
+EmulatedDevice::EmulatedDevice(Options options)
+    : options_(options), defaultStream_(std::make_unique<Queue>(options.maxDelayUs, 1)) {}
+
+EmulatedDevice::~EmulatedDevice() {
+  streams_.clear();
+  defaultStream_.reset();
+  for (auto& [p, bytes] : allocations_) std::free(p);
+}
+
+EmulatedDevice::Queue* EmulatedDevice::queueOf(device::Stream stream) {
+  if (!stream) return defaultStream_.get();
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = streams_.find(stream);
+  return it == streams_.end() ? nullptr : it->second.get();
+}
+
+Result<int> EmulatedDevice::currentDevice() { return tCurrentDevice; }
+
+Status EmulatedDevice::setDevice(int device) {
+  if (device < 0 || device >= options_.devices) return invalidArgument("no emulated device " + std::to_string(device));
+  tCurrentDevice = device;
+  return Status::ok();
+}
+
+Result<std::string> EmulatedDevice::deviceUuid(int device) {
+  char hex[33];
+  std::snprintf(hex, sizeof hex, "%032x", device + 1);
+  return std::string(hex);
+}
+
+Result<device::Stream> EmulatedDevice::createStream() {
+  static std::atomic<uint64_t> seeds{100};
+  auto q = std::make_unique<Queue>(options_.maxDelayUs, seeds++);
+  void* handle = q.get();
+  std::lock_guard<std::mutex> lock(mutex_);
+  streams_[handle] = std::move(q);
+  return handle;
+}
+
+void EmulatedDevice::destroyStream(device::Stream stream) {
+  std::unique_ptr<Queue> q;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = streams_.find(stream);
+    if (it == streams_.end()) return;
+    q = std::move(it->second);
+    streams_.erase(it);
+  }
+  // As cudaStreamDestroy: queued work still runs; the worker finishes it.
+}
+
+Status EmulatedDevice::synchronize(device::Stream stream) {
+  Queue* q = queueOf(stream);
+  if (!q) return invalidArgument("unknown emulated stream");
+  q->waitIdle();
+  return Status::ok();
+}
+
+Result<void*> EmulatedDevice::allocDevice(size_t bytes) {
+  void* p = std::aligned_alloc(256, (std::max<size_t>(bytes, 1) + 255) / 256 * 256);
+  if (!p) return systemError("emulated device allocation failed");
+  std::lock_guard<std::mutex> lock(mutex_);
+  allocations_[p] = bytes;
+  return reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(p) | kDeviceTag);
+}
+
+void EmulatedDevice::freeDevice(void* p) {
+  if (!p) return;
+  void* host = hostView(p);
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (allocations_.erase(host)) std::free(host);
+}
+
+Result<void*> EmulatedDevice::allocHost(size_t bytes) {
+  void* p = std::aligned_alloc(4096, (std::max<size_t>(bytes, 1) + 4095) / 4096 * 4096);
+  if (!p) return systemError("emulated pinned allocation failed");
+  std::lock_guard<std::mutex> lock(mutex_);
+  allocations_[p] = bytes;
+  return p;
+}
+
+void EmulatedDevice::freeHost(void* p) {
+  if (!p) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (allocations_.erase(p)) std::free(p);
+}
+
+Status EmulatedDevice::copyAsync(void* dst, const void* src, size_t bytes, device::Stream stream) {
+  Queue* q = queueOf(stream);
+  if (!q) return invalidArgument("unknown emulated stream");
+  if (bytes == 0) return Status::ok();
+  q->push([d = hostView(dst), s = hostView(src), bytes] { std::memmove(d, s, bytes); });
+  return Status::ok();
+}
+
+Status EmulatedDevice::launchHostFunc(device::Stream stream, void (*fn)(void*), void* arg) {
+  Queue* q = queueOf(stream);
+  if (!q) return invalidArgument("unknown emulated stream");
+  q->push([fn, arg] { fn(arg); });
+  return Status::ok();
+}
+
+Status EmulatedDevice::launchGate(device::Stream stream, const uint64_t* word, uint64_t value) {
+  Queue* q = queueOf(stream);
+  if (!q) return invalidArgument("unknown emulated stream");
+  q->push([word, value] {
+    while (device::readGateWord(word) < value) std::this_thread::sleep_for(std::chrono::microseconds(50));
+  });
+  return Status::ok();
+}
+
+Result<device::Capture> EmulatedDevice::captureStatus(device::Stream stream) {
+  Queue* q = queueOf(stream);
+  if (!q) return invalidArgument("unknown emulated stream");
+  std::lock_guard<std::mutex> lock(q->mutex);
+  return q->capturing ? device::Capture::kActive : device::Capture::kNone;
+}
+
+void EmulatedDevice::launch(device::Stream stream, std::function<void()> work) {
+  if (Queue* q = queueOf(stream)) q->push(std::move(work));
+}
+
+void* EmulatedDevice::hostView(const void* p) {
+  return reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(p) & ~kDeviceTag);
+}
+
+bool EmulatedDevice::isDevicePointer(const void* p) { return (reinterpret_cast<uintptr_t>(p) & kDeviceTag) != 0; }
+
+void EmulatedDevice::beginCapture(device::Stream stream) {
+  Queue* q = queueOf(stream);
+  std::lock_guard<std::mutex> lock(q->mutex);
+  q->capturing = true;
+}
+
+void EmulatedDevice::endCapture(device::Stream stream) {
+  Queue* q = queueOf(stream);
+  std::lock_guard<std::mutex> lock(q->mutex);
+  q->capturing = false;
+}
+
+size_t EmulatedDevice::pending(device::Stream stream) {
+  Queue* q = queueOf(stream);
+  return q ? q->pending() : 0;
+}
+
+size_t EmulatedDevice::liveAllocations() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return allocations_.size();
+}
+
+}  // namespace loom::test
