@@ -372,6 +372,7 @@ TEST_F(CudaMode, GraphCaptureIsRefusedClearly) {
   emu().endCapture(streams_[0]);
   EXPECT_EQ(emu().pending(streams_[0]), 0u);
   ASSERT_EQ(ncclAllReduce(buf.ptr, buf.ptr, 1024, ncclFloat, ncclSum, comms_[0], asCuda(streams_[0])), ncclSuccess);
+  EXPECT_TRUE(drains(streams_[0]));  // before `buf` is freed
 }
 
 // Many operations queued on several streams per rank without waiting in
