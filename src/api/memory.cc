@@ -4,9 +4,11 @@
 #include <cstdint>
 #include <cstdlib>
 #include <mutex>
-#include <set>
+#include <map>
 
 #include "api/api.h"
+#include "core/mode.h"
+#include "device/device.h"
 
 using loom::Status;
 using loom::core::Communicator;
@@ -14,23 +16,30 @@ using loom::core::Communicator;
 namespace {
 
 std::mutex gAllocMutex;
-std::set<void*> gAllocations;  // live ncclMemAlloc pointers
+std::map<void*, loom::device::Api*> gAllocations;  // live ncclMemAlloc pointers: the table for device memory
 
 }  // namespace
 
 using namespace loom;
 using namespace loom::api;
 
+// Device memory of the current device where new communicators would be in
+// cuda mode (LOOM_DEVICE), else page-aligned host memory.
 NCCL_API(ncclResult_t, ncclMemAlloc, void** ptr, size_t size) {
   return guard("ncclMemAlloc", [&]() -> Status {
     LOOM_TRY(checkPtr(ptr, "ptr"));
     if (size == 0) return loom::invalidArgument("size is 0");
+    LOOM_ASSIGN_OR_RETURN(core::Mode mode, core::resolveMode(core::CommOptions::fromSettings().device));
     void* p = nullptr;
-    if (posix_memalign(&p, 4096, size) != 0) {
+    device::Api* table = nullptr;
+    if (mode == core::Mode::kCuda) {
+      table = device::api();
+      LOOM_ASSIGN_OR_RETURN(p, table->allocDevice(size));
+    } else if (posix_memalign(&p, 4096, size) != 0) {
       return loom::systemError("ncclMemAlloc: cannot allocate " + std::to_string(size) + " bytes of host memory");
     }
     std::lock_guard<std::mutex> lock(gAllocMutex);
-    gAllocations.insert(p);
+    gAllocations[p] = table;
     *ptr = p;
     return Status::ok();
   });
@@ -39,13 +48,18 @@ NCCL_API(ncclResult_t, ncclMemAlloc, void** ptr, size_t size) {
 NCCL_API(ncclResult_t, ncclMemFree, void* ptr) {
   return guard("ncclMemFree", [&]() -> Status {
     if (!ptr) return Status::ok();
+    device::Api* table = nullptr;
     {
       std::lock_guard<std::mutex> lock(gAllocMutex);
-      if (!gAllocations.erase(ptr)) {
+      auto it = gAllocations.find(ptr);
+      if (it == gAllocations.end()) {
         return loom::invalidArgument("ptr was not returned by ncclMemAlloc (or was freed already)");
       }
+      table = it->second;
+      gAllocations.erase(it);
     }
-    std::free(ptr);
+    if (table) table->freeDevice(ptr);
+    else std::free(ptr);
     return Status::ok();
   });
 }

@@ -81,8 +81,14 @@ struct DeviceBuffer {
 
 class CudaMode : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() { loom::device::setApiForTesting(&emu()); }
+  static void SetUpTestSuite() {
+    loom::device::setApiForTesting(&emu());
+    // The gate words' page, which stays for the process (device/device.h),
+    // now: each test then ends with the allocations it started with.
+    loom::device::releaseGateWord(&emu(), loom::device::acquireGateWord(&emu()).value());
+  }
   static void TearDownTestSuite() { loom::device::setApiForTesting(nullptr); }
+  void SetUp() override { allocationsAtStart_ = emu().liveAllocations(); }
 
   void makeRanks(int n) {
     comms_.assign(size_t(n), nullptr);
@@ -99,11 +105,14 @@ class CudaMode : public ::testing::Test {
       EXPECT_TRUE(drains(s));
       emu().destroyStream(s);
     }
+    EXPECT_EQ(emu().liveAllocations(), allocationsAtStart_)
+        << "destroyed communicators must give back their staging memory";
   }
   int n() const { return int(comms_.size()); }
 
   std::vector<ncclComm_t> comms_;
   std::vector<Stream> streams_;
+  size_t allocationsAtStart_ = 0;
 };
 
 TEST_F(CudaMode, CommunicatorsAreInCudaModeOnTheCurrentDevice) {
@@ -358,6 +367,34 @@ TEST_F(CudaMode, DeviceScalarIsReadWhenTheOperationRuns) {
     EXPECT_EQ(bufs[size_t(r)]->host<float>()[kCount - 1], 1.5f);  // 0.5 * (1 + 2)
     EXPECT_EQ(ncclRedOpDestroy(ops[size_t(r)], comms_[size_t(r)]), ncclSuccess);
   }
+}
+
+// ncclMemAlloc gives device memory in cuda mode (usable by the calls),
+// ncclMemFree gives it back.
+TEST_F(CudaMode, MemAllocGivesDeviceMemory) {
+  makeRanks(2);
+  const size_t before = emu().liveAllocations();
+  void* bufs[2] = {nullptr, nullptr};
+  for (auto& b : bufs) {
+    ASSERT_EQ(ncclMemAlloc(&b, 1024 * sizeof(float)), ncclSuccess);
+    EXPECT_TRUE(EmulatedDevice::isDevicePointer(b));
+    std::fill_n(static_cast<float*>(EmulatedDevice::hostView(b)), 1024, 2.0f);
+  }
+  EXPECT_EQ(emu().liveAllocations(), before + 2);
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_EQ(ncclAllReduce(bufs[r], bufs[r], 1024, ncclFloat, ncclSum, comms_[size_t(r)], asCuda(streams_[size_t(r)])),
+              ncclSuccess);
+  }
+  ASSERT_EQ(ncclGroupEnd(), ncclSuccess);
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(drains(streams_[size_t(r)]));
+    EXPECT_EQ(static_cast<float*>(EmulatedDevice::hostView(bufs[r]))[1023], 4.0f);
+  }
+  const size_t beforeFree = emu().liveAllocations();  // the queues' staging memory came meanwhile
+  for (void* b : bufs) EXPECT_EQ(ncclMemFree(b), ncclSuccess);
+  EXPECT_EQ(emu().liveAllocations(), beforeFree - 2);
+  EXPECT_EQ(ncclMemFree(bufs[0]), ncclInvalidArgument) << "a second free is refused";
 }
 
 // Not yet capturable: refused at the call, with the reason, and nothing queued.
