@@ -63,7 +63,7 @@ CommOptions CommOptions::fromSettings() {
   o.timeoutS = double(cfg->getInt("LOOM_TIMEOUT_S"));
   o.initTimeoutS = double(std::max<int64_t>(cfg->getInt("LOOM_INIT_TIMEOUT_S"), 1));
   o.link.selection = transport::Selection::fromSettings();
-  o.device = cfg->getString("LOOM_DEVICE");
+  o.device = threadDevice().empty() ? cfg->getString("LOOM_DEVICE") : threadDevice();
   return o;
 }
 

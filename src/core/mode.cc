@@ -22,4 +22,11 @@ Result<Mode> resolveMode(const std::string& want) {
   return Mode::kHost;
 }
 
+namespace {
+thread_local std::string tDevice;
+}  // namespace
+
+void setThreadDevice(const std::string& want) { tDevice = want; }
+const std::string& threadDevice() { return tDevice; }
+
 }  // namespace loom::core

@@ -16,4 +16,9 @@ const char* modeName(Mode mode);
 // the mode, or why the requested one is unusable here.
 Result<Mode> resolveMode(const std::string& want);
 
+// The calling thread's choice for the communicators it creates next
+// (loomSetBufferMode): "host", "cuda", or "" for LOOM_DEVICE.
+void setThreadDevice(const std::string& want);
+const std::string& threadDevice();
+
 }  // namespace loom::core

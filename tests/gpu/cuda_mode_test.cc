@@ -8,6 +8,7 @@
 // device-resident scalars are read when the operation runs, and graph
 // capture is refused with a clear error.
 #include <gtest/gtest.h>
+#include <loom/loom.h>
 #include <nccl.h>
 
 #include <chrono>
@@ -367,6 +368,48 @@ TEST_F(CudaMode, DeviceScalarIsReadWhenTheOperationRuns) {
     EXPECT_EQ(bufs[size_t(r)]->host<float>()[kCount - 1], 1.5f);  // 0.5 * (1 + 2)
     EXPECT_EQ(ncclRedOpDestroy(ops[size_t(r)], comms_[size_t(r)]), ncclSuccess);
   }
+}
+
+// loomSetBufferMode: host communicators beside cuda ones in one process,
+// each behaving as its mode says.
+TEST_F(CudaMode, HostAndCudaCommunicatorsSideBySide) {
+  makeRanks(2);
+  ASSERT_EQ(loomSetBufferMode(loomBufferModeHost), ncclSuccess);
+  ncclComm_t host[2] = {nullptr, nullptr};
+  ASSERT_EQ(ncclCommInitAll(host, 2, nullptr), ncclSuccess) << ncclGetLastError(nullptr);
+  ASSERT_EQ(loomSetBufferMode(loomBufferModeDefault), ncclSuccess);
+  for (int r = 0; r < 2; ++r) {
+    loomBufferMode_t mode = loomBufferModeDefault;
+    ASSERT_EQ(loomCommGetBufferMode(host[r], &mode), ncclSuccess);
+    EXPECT_EQ(mode, loomBufferModeHost);
+    ASSERT_EQ(loomCommGetBufferMode(comms_[size_t(r)], &mode), ncclSuccess);
+    EXPECT_EQ(mode, loomBufferModeCuda);
+    int device = 0;
+    ASSERT_EQ(ncclCommCuDevice(host[r], &device), ncclSuccess);
+    EXPECT_EQ(device, -1) << "a host communicator has no device";
+  }
+  // Host buffers on the host communicators (complete at ncclGroupEnd),
+  // device buffers on the cuda ones (complete on their streams).
+  std::vector<float> hostBuf[2] = {std::vector<float>(64, 1.0f), std::vector<float>(64, 2.0f)};
+  DeviceBuffer dev0(64 * sizeof(float)), dev1(64 * sizeof(float));
+  DeviceBuffer* dev[2] = {&dev0, &dev1};
+  for (int r = 0; r < 2; ++r) std::fill_n(dev[r]->host<float>(), 64, float(10 * (r + 1)));
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_EQ(ncclAllReduce(hostBuf[r].data(), hostBuf[r].data(), 64, ncclFloat, ncclSum, host[r], nullptr),
+              ncclSuccess);
+    ASSERT_EQ(ncclAllReduce(dev[r]->ptr, dev[r]->ptr, 64, ncclFloat, ncclSum, comms_[size_t(r)],
+                            asCuda(streams_[size_t(r)])),
+              ncclSuccess);
+  }
+  ASSERT_EQ(ncclGroupEnd(), ncclSuccess);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(hostBuf[r][63], 3.0f);
+    ASSERT_TRUE(drains(streams_[size_t(r)]));
+    EXPECT_EQ(dev[r]->host<float>()[63], 30.0f);
+    EXPECT_EQ(ncclCommDestroy(host[r]), ncclSuccess);
+  }
+  EXPECT_EQ(loomSetBufferMode(loomBufferMode_t(7)), ncclInvalidArgument);
 }
 
 // ncclMemAlloc gives device memory in cuda mode (usable by the calls),

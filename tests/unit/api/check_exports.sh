@@ -2,7 +2,8 @@
 # Checks the dynamic symbol table of our libnccl.so.2.
 #
 # Expected, exactly: for every function ncclX declared in include/nccl.h,
-# "W ncclX" (weak alias) and "T pncclX" (the definition), plus
+# "W ncclX" (weak alias) and "T pncclX" (the definition), "T loomX" for
+# every function of include/loom/loom.h, plus
 # "T ncclResetDebugInitInternal" (NVIDIA's library exports it too). Any other
 # defined dynamic symbol -- C++ internals, a missing or extra API function,
 # a wrong binding -- fails the test.
@@ -41,10 +42,23 @@ for pname in $(grep '^p' <<<"$declared" || true); do
   grep -qx "${pname#p}" <<<"$declared" || { echo "FAIL: nccl.h declares $pname but not ${pname#p}" >&2; status=1; }
 done
 
+# loom's extensions (include/loom/loom.h): plain definitions, no twins.
+extensions=$("$cc" -E -P -x c -std=c99 -DLOOM_NCCL_NO_CUDA -I"$incdir" "$incdir/loom/loom.h" |
+  tr '\n' ' ' | tr ';' '\n' |
+  sed -nE 's/.*(^|[^A-Za-z0-9_])ncclResult_t[[:space:]]+(loom[A-Za-z0-9_]+)[[:space:]]*\(.*/\2/p' |
+  LC_ALL=C sort -u)
+if [[ -z $extensions ]]; then
+  echo "FAIL: found no function declarations in $incdir/loom/loom.h" >&2
+  exit 1
+fi
+
 expected=$({
   for name in $plain; do
     echo "W $name"
     echo "T p$name"
+  done
+  for name in $extensions; do
+    echo "T $name"
   done
   echo "T ncclResetDebugInitInternal"
 } | LC_ALL=C sort -k2)
@@ -68,6 +82,6 @@ if [[ -n $extra ]]; then
   status=1
 fi
 if [[ $status -eq 0 ]]; then
-  echo "OK: $(wc -l <<<"$actual") exports match the $(wc -w <<<"$plain") functions of nccl.h"
+  echo "OK: $(wc -l <<<"$actual") exports match the $(wc -w <<<"$plain") functions of nccl.h and the $(wc -w <<<"$extensions") of loom/loom.h"
 fi
 exit $status

@@ -1,0 +1,30 @@
+// loom's extensions (include/loom/loom.h): plain exported C functions, no
+// pnccl-style profiling twins (NCCL has none of these to wrap).
+#include <loom/loom.h>
+
+#include "api/api.h"
+
+#define LOOM_API(ret, func, ...) extern "C" __attribute__((visibility("default"))) ret func(__VA_ARGS__)
+
+using namespace loom;
+using namespace loom::api;
+
+LOOM_API(ncclResult_t, loomSetBufferMode, loomBufferMode_t mode) {
+  return guard("loomSetBufferMode", [&]() -> Status {
+    switch (mode) {
+      case loomBufferModeDefault: core::setThreadDevice(""); return Status::ok();
+      case loomBufferModeHost: core::setThreadDevice("host"); return Status::ok();
+      case loomBufferModeCuda: core::setThreadDevice("cuda"); return Status::ok();
+    }
+    return invalidArgument("mode " + std::to_string(int(mode)) + " is not a loomBufferMode_t");
+  });
+}
+
+LOOM_API(ncclResult_t, loomCommGetBufferMode, const ncclComm_t comm, loomBufferMode_t* mode) {
+  return guard("loomCommGetBufferMode", [&]() -> Status {
+    LOOM_ASSIGN_OR_RETURN(core::CommRef c, lookup(comm));
+    LOOM_TRY(checkPtr(mode, "mode"));
+    *mode = c->mode() == core::Mode::kCuda ? loomBufferModeCuda : loomBufferModeHost;
+    return Status::ok();
+  });
+}
