@@ -2,7 +2,11 @@
 // pnccl-style profiling twins (NCCL has none of these to wrap).
 #include <loom/loom.h>
 
+#include <cstring>
+
 #include "api/api.h"
+
+static_assert(sizeof(loomBufferMode_t) == sizeof(int), "loomBufferMode_t is read as an int");
 
 #define LOOM_API(ret, func, ...) extern "C" __attribute__((visibility("default"))) ret func(__VA_ARGS__)
 
@@ -11,12 +15,15 @@ using namespace loom::api;
 
 LOOM_API(ncclResult_t, loomSetBufferMode, loomBufferMode_t mode) {
   return guard("loomSetBufferMode", [&]() -> Status {
-    switch (mode) {
+    // As an int: a C caller may pass any value, which C++ may not load as the enum.
+    int value = 0;
+    std::memcpy(&value, &mode, sizeof value);
+    switch (value) {
       case loomBufferModeDefault: core::setThreadDevice(""); return Status::ok();
       case loomBufferModeHost: core::setThreadDevice("host"); return Status::ok();
       case loomBufferModeCuda: core::setThreadDevice("cuda"); return Status::ok();
     }
-    return invalidArgument("mode " + std::to_string(int(mode)) + " is not a loomBufferMode_t");
+    return invalidArgument("mode " + std::to_string(value) + " is not a loomBufferMode_t");
   });
 }
 
