@@ -10,6 +10,7 @@
 //                                                      AllReduce must fail, with
 //                                                      their streams released
 // Prints "rank R: ok" (and exits 0) when everything checked out.
+#include <loom/loom.h>
 #include <nccl.h>
 
 #include <chrono>
@@ -47,6 +48,7 @@ int main(int argc, char** argv) {
   static EmulatedDevice* emu = new EmulatedDevice(EmulatedDevice::Options{1, 500});
   loom::device::setApiForTesting(emu);
 
+  loomSetBufferMode(loomBufferModeCuda);  // whatever LOOM_DEVICE says
   ncclUniqueId id{};
   if (ncclGetUniqueId(&id) != ncclSuccess) return fail(rank, std::string("ncclGetUniqueId: ") + ncclGetLastError(nullptr));
   ncclComm_t comm = nullptr;

@@ -89,7 +89,11 @@ class CudaMode : public ::testing::Test {
     loom::device::releaseGateWord(&emu(), loom::device::acquireGateWord(&emu()).value());
   }
   static void TearDownTestSuite() { loom::device::setApiForTesting(nullptr); }
-  void SetUp() override { allocationsAtStart_ = emu().liveAllocations(); }
+  void SetUp() override {
+    // Cuda mode whatever LOOM_DEVICE says (a CPU tier may set host).
+    ASSERT_EQ(loomSetBufferMode(loomBufferModeCuda), ncclSuccess);
+    allocationsAtStart_ = emu().liveAllocations();
+  }
 
   void makeRanks(int n) {
     comms_.assign(size_t(n), nullptr);
@@ -377,7 +381,7 @@ TEST_F(CudaMode, HostAndCudaCommunicatorsSideBySide) {
   ASSERT_EQ(loomSetBufferMode(loomBufferModeHost), ncclSuccess);
   ncclComm_t host[2] = {nullptr, nullptr};
   ASSERT_EQ(ncclCommInitAll(host, 2, nullptr), ncclSuccess) << ncclGetLastError(nullptr);
-  ASSERT_EQ(loomSetBufferMode(loomBufferModeDefault), ncclSuccess);
+  ASSERT_EQ(loomSetBufferMode(loomBufferModeCuda), ncclSuccess);
   for (int r = 0; r < 2; ++r) {
     loomBufferMode_t mode = loomBufferModeDefault;
     ASSERT_EQ(loomCommGetBufferMode(host[r], &mode), ncclSuccess);
