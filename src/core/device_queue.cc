@@ -107,16 +107,6 @@ DeviceQueue::~DeviceQueue() {
   if (staging_) api_->freeHost(staging_);
 }
 
-uint64_t DeviceQueue::submitted() const {
-  std::lock_guard<std::mutex> lock(signal_->mutex);
-  return signal_->submitted;
-}
-
-uint64_t DeviceQueue::released() const {
-  std::lock_guard<std::mutex> lock(signal_->mutex);
-  return signal_->released;
-}
-
 Status DeviceQueue::submit(CommRef pin, std::vector<OpDesc> ops) {
   std::vector<device::Stream> streams;
   for (const OpDesc& op : ops)
@@ -156,24 +146,14 @@ Status DeviceQueue::submit(CommRef pin, std::vector<OpDesc> ops) {
           signal->cv.notify_all();
         },
         ticket);
-    if (!st.isOk()) {
-      delete ticket;
-    } else {
-      st = api_->launchGate(s, word_, job->seq);
-      if (!st.isOk()) {
-        // The host function is queued and will count itself; only the gate is missing.
-        std::lock_guard<std::mutex> lock(signal_->mutex);
-        if (queued.isOk()) queued = st;
-        if (job->failed.isOk()) job->failed = st;
-        continue;
-      }
-    }
-    if (!st.isOk()) {
-      std::lock_guard<std::mutex> lock(signal_->mutex);
-      --job->waiting;
-      if (queued.isOk()) queued = st;
-      if (job->failed.isOk()) job->failed = st;
-    }
+    const bool hostFunctionQueued = st.isOk();
+    if (!hostFunctionQueued) delete ticket;
+    else st = api_->launchGate(s, word_, job->seq);
+    if (st.isOk()) continue;
+    std::lock_guard<std::mutex> lock(signal_->mutex);
+    if (!hostFunctionQueued) --job->waiting;  // a queued host function counts itself
+    if (queued.isOk()) queued = st;
+    if (job->failed.isOk()) job->failed = st;
   }
   signal_->cv.notify_all();
   return queued;

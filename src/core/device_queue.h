@@ -57,10 +57,6 @@ class DeviceQueue {
   // communicator is aborted; a running job stops through the abort flag).
   void abort();
 
-  // Jobs submitted and released so far (tests, logs).
-  uint64_t submitted() const;
-  uint64_t released() const;
-
  private:
   struct Signal;
   struct Job;
