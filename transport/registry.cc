@@ -68,7 +68,8 @@ const Backend* choose(const PeerView& self, const PeerView& peer, const Selectio
   for (const Backend* b : backends()) {
     std::string why;
     for (MemoryType m : {self.memory, peer.memory}) {
-      if (why.empty() && !b->moves(m)) why = std::string("it cannot move ") + memoryTypeName(m) + " memory";
+      if (why.empty() && !b->moves(m) && !(m == MemoryType::kDevice && b->moves(MemoryType::kHostPinned)))
+        why = std::string("it cannot move ") + memoryTypeName(m) + " memory";
     }
     if (why.empty()) why = b->whyNot(self, peer, selection);
     if (why.empty()) return b;

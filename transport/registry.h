@@ -6,7 +6,9 @@
 // A backend:
 //  - name(): short and stable ("shm"); it appears in logs and on the wire;
 //  - moves(): the memory types it can carry; choose() never hands a pair
-//    whose buffers are of another type to it;
+//    whose buffers are of another type to it, except device buffers to a
+//    backend that moves pinned host memory: the engine stages them through
+//    pinned slots (core/executor.h);
 //  - whyNot(): "" when it can connect this pair, else the reason (logged);
 //    decided only from what both ranks know of each other (PeerView) and
 //    the settings, so both sides reach the same answer;

@@ -8,7 +8,9 @@
 //     data over them (the socket backend, NCCL_NET=Socket). A rank talks to
 //     itself through openSelf().
 //  2. Choice. choose() walks backends() best first and takes the first one
-//     that moves both ranks' memory type and whose whyNot() is empty; the
+//     that moves both ranks' memory type (device memory: or pinned host
+//     memory, which the engine stages it through) and whose whyNot() is
+//     empty; the
 //     reasons the better ones gave are logged. Both sides decide from the
 //     same facts (PeerView, Selection), so they agree without talking.
 //  3. Upgrade. Both sides listen() (their half plus an endpoint blob), trade

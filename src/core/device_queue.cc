@@ -37,38 +37,6 @@ struct Ticket {
   std::weak_ptr<void> job;
 };
 
-// Bytes each buffer of `op` covers on this rank; 0 when the rank does not
-// use that buffer (a non-root's Broadcast input, say).
-void bufferBytes(const OpDesc& op, int rank, int nranks, size_t* send, size_t* recv) {
-  const size_t one = op.count * kernels::dataTypeSize(op.type);
-  const size_t all = one * size_t(nranks);
-  const bool root = rank == op.root;
-  *send = *recv = 0;
-  switch (op.kind) {
-    case OpKind::kAllReduce: *send = *recv = one; break;
-    case OpKind::kAllGather: *send = one; *recv = all; break;
-    case OpKind::kReduceScatter: *send = all; *recv = one; break;
-    case OpKind::kBroadcast: *send = root ? one : 0; *recv = one; break;
-    case OpKind::kReduce: *send = one; *recv = root ? one : 0; break;
-    case OpKind::kAllToAll: *send = *recv = all; break;
-    case OpKind::kGather: *send = one; *recv = root ? all : 0; break;
-    case OpKind::kScatter: *send = root ? all : 0; *recv = one; break;
-    case OpKind::kSend: *send = one; break;
-    case OpKind::kRecv: *recv = one; break;
-  }
-}
-
-// A run of user memory staged as one piece (overlapping buffers, in-place
-// operations, share one).
-struct Range {
-  const std::byte* begin;
-  const std::byte* end;
-  bool written;
-  size_t offset = 0;  // in the staging buffer
-};
-
-constexpr size_t kStagingAlign = 256;
-
 }  // namespace
 
 Result<std::unique_ptr<DeviceQueue>> DeviceQueue::create(Communicator* comm, device::Api* api) {
@@ -76,6 +44,7 @@ Result<std::unique_ptr<DeviceQueue>> DeviceQueue::create(Communicator* comm, dev
   LOOM_ASSIGN_OR_RETURN(q->word_, device::acquireGateWord(api));
   q->base_ = device::readGateWord(q->word_);
   LOOM_ASSIGN_OR_RETURN(q->stream_, api->createStream());
+  q->context_ = DeviceContext{api, q->stream_, &q->scratch_, &q->events_};
   try {
     q->thread_ = std::thread([p = q.get()] { p->loop(); });
   } catch (const std::system_error& e) {
@@ -85,7 +54,7 @@ Result<std::unique_ptr<DeviceQueue>> DeviceQueue::create(Communicator* comm, dev
 }
 
 DeviceQueue::DeviceQueue(Communicator* comm, device::Api* api)
-    : comm_(comm), api_(api), signal_(std::make_shared<Signal>()) {}
+    : comm_(comm), api_(api), signal_(std::make_shared<Signal>()), scratch_(api) {}
 
 DeviceQueue::~DeviceQueue() {
   {
@@ -104,7 +73,7 @@ DeviceQueue::~DeviceQueue() {
     (void)api_->synchronize(stream_);
     api_->destroyStream(stream_);
   }
-  if (staging_) api_->freeHost(staging_);
+  for (device::Event e : events_) api_->destroyEvent(e);
 }
 
 Status DeviceQueue::submit(CommRef pin, std::vector<OpDesc> ops) {
@@ -228,81 +197,23 @@ void DeviceQueue::loop() {
 }
 
 Status DeviceQueue::run(Job& job) {
-  const int rank = comm_->rank(), n = comm_->nranks();
   // Device-resident PreMulSum scalars: read now, after the stream's earlier work.
-  std::vector<OpDesc> ops = job.ops;
+  std::vector<PendingOp> pending;
+  pending.reserve(job.ops.size());  // the copies below write into its elements
   bool readScalar = false;
-  for (OpDesc& op : ops) {
-    if (!op.scalarPtr) continue;
-    LOOM_TRY(api_->copyAsync(&op.reduction.scalar, op.scalarPtr, kernels::dataTypeSize(op.type), stream_));
-    op.scalarPtr = nullptr;
+  for (const OpDesc& op : job.ops) {
+    pending.push_back(PendingOp{job.pin, op});
+    OpDesc& mine = pending.back().op;
+    if (!mine.scalarPtr) continue;
+    LOOM_TRY(api_->copyAsync(&mine.reduction.scalar, mine.scalarPtr, kernels::dataTypeSize(mine.type), stream_));
+    mine.scalarPtr = nullptr;
     readScalar = true;
   }
   if (readScalar) LOOM_TRY(api_->synchronize(stream_));
-
-  // The user memory the operations touch, merged into ranges.
-  std::vector<Range> spans;
-  for (const OpDesc& op : ops) {
-    size_t send = 0, recv = 0;
-    bufferBytes(op, rank, n, &send, &recv);
-    const auto* s = static_cast<const std::byte*>(op.sendbuf);
-    const auto* r = static_cast<const std::byte*>(op.recvbuf);
-    if (send > 0 && s) spans.push_back({s, s + send, false});
-    if (recv > 0 && r) spans.push_back({r, r + recv, true});
-  }
-  std::sort(spans.begin(), spans.end(), [](const Range& a, const Range& b) { return a.begin < b.begin; });
-  std::vector<Range> ranges;
-  for (const Range& s : spans) {
-    if (!ranges.empty() && s.begin < ranges.back().end) {
-      ranges.back().end = std::max(ranges.back().end, s.end);
-      ranges.back().written = ranges.back().written || s.written;
-    } else {
-      ranges.push_back(s);
-    }
-  }
-  size_t total = 0;
-  for (Range& r : ranges) {
-    r.offset = total;
-    total += (size_t(r.end - r.begin) + kStagingAlign - 1) / kStagingAlign * kStagingAlign;
-  }
-  if (total > stagingBytes_) {
-    const size_t want = std::max(total, stagingBytes_ * 2);
-    if (staging_) api_->freeHost(staging_);
-    staging_ = nullptr;
-    stagingBytes_ = 0;
-    LOOM_ASSIGN_OR_RETURN(staging_, api_->allocHost(want));
-    stagingBytes_ = want;
-  }
-
-  // In: every range (an output range too: a rank may write only part of it).
-  auto* base = static_cast<std::byte*>(staging_);
-  for (const Range& r : ranges) LOOM_TRY(api_->copyAsync(base + r.offset, r.begin, size_t(r.end - r.begin), stream_));
-  LOOM_TRY(api_->synchronize(stream_));
-
-  // The host engine on the staged copies.
-  auto toHost = [&](const void* p, size_t bytes) -> std::byte* {
-    const auto* b = static_cast<const std::byte*>(p);
-    if (bytes == 0 || !b) return nullptr;
-    for (const Range& r : ranges)
-      if (b >= r.begin && b < r.end) return base + r.offset + size_t(b - r.begin);
-    return nullptr;
-  };
-  std::vector<PendingOp> pending;
-  for (OpDesc op : ops) {
-    size_t send = 0, recv = 0;
-    bufferBytes(op, rank, n, &send, &recv);
-    op.sendbuf = toHost(op.sendbuf, send);
-    op.recvbuf = toHost(op.recvbuf, recv);
-    pending.push_back(PendingOp{job.pin, op});
-  }
-  LOOM_TRY(runPlannedOps(std::move(pending)));
-
-  // Out: the ranges holding outputs.
-  for (const Range& r : ranges) {
-    if (!r.written) continue;
-    LOOM_TRY(api_->copyAsync(const_cast<std::byte*>(r.begin), base + r.offset, size_t(r.end - r.begin), stream_));
-  }
-  return api_->synchronize(stream_);
+  Status s = runPlannedOps(std::move(pending), &context_);
+  // Every step waited for its kernels; this only makes sure before the release.
+  Status synced = api_->synchronize(stream_);
+  return s.isOk() ? synced : s;
 }
 
 }  // namespace loom::core

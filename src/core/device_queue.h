@@ -8,10 +8,9 @@
 // released. It returns at once and never waits for a peer.
 //
 // The progress thread runs ready jobs in submission order (the order every
-// rank called them in). This first version stages the device buffers
-// through pinned host memory and runs the host engine on them: correct
-// with every transport, the fallback the direct device paths will keep.
-// Each job ends by publishing its sequence number to a word in pinned host
+// rank called them in) through the engine, with a DeviceContext: each step's
+// arithmetic is a kernel on the queue's own stream, launched by the thread
+// once the step's input has arrived (core/executor.h). Each job ends by publishing its sequence number to a word in pinned host
 // memory that the gates read; failures are recorded as the communicator's
 // sticky error (ncclCommGetAsyncError) and release the streams too, as
 // abort() does for every queued job at once: no user stream is ever left
@@ -31,6 +30,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "core/executor.h"
 #include "core/op.h"
 #include "device/device.h"
 
@@ -70,9 +70,10 @@ class DeviceQueue {
   std::shared_ptr<Signal> signal_;  // shared with host functions that may outlive the queue
   uint64_t* word_ = nullptr;        // the gates' word (device::gateWord)
   uint64_t base_ = 0;               // its value when this queue took it
-  device::Stream stream_ = nullptr;  // staging copies
-  void* staging_ = nullptr;          // pinned
-  size_t stagingBytes_ = 0;
+  device::Stream stream_ = nullptr;  // the engine's kernels and copies
+  Scratch scratch_;                  // pinned staging slots
+  std::vector<device::Event> events_;
+  DeviceContext context_;
   std::thread thread_;
 };
 

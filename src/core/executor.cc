@@ -11,20 +11,35 @@ using transport::Connection;
 using transport::Transfer;
 
 Result<std::byte*> Scratch::get(size_t bytes) {
-  if (bytes > size_) {
+  if (bytes <= size_) return mem_;
+  reset();
+  if (pinned_) {
+    auto p = pinned_->allocHost(bytes);
+    if (!p.isOk()) {
+      return p.takeStatus().addContext("allocating " + std::to_string(bytes) +
+                                       " bytes of pinned staging memory (lower LOOM_CHUNK_BYTES / NCCL_BUFFSIZE)");
+    }
+    mem_ = static_cast<std::byte*>(p.value());
+  } else {
     void* p = nullptr;
     if (posix_memalign(&p, 4096, bytes) != 0) {
       return systemError("cannot allocate " + std::to_string(bytes) +
                          " bytes of staging memory for this operation (out of host memory); lower "
                          "LOOM_CHUNK_BYTES / NCCL_BUFFSIZE or free memory");
     }
-    mem_.reset(static_cast<std::byte*>(p));
-    size_ = bytes;
+    mem_ = static_cast<std::byte*>(p);
   }
-  return mem_.get();
+  size_ = bytes;
+  return mem_;
 }
 
-void Scratch::Free::operator()(std::byte* p) const { std::free(p); }
+void Scratch::reset() {
+  if (!mem_) return;
+  if (pinned_) pinned_->freeHost(mem_);
+  else std::free(mem_);
+  mem_ = nullptr;
+  size_ = 0;
+}
 
 void PlanRunner::ReduceSink::consume(size_t offset, const void* bytes, size_t n) {
   const void* partials[1] = {bytes};
@@ -44,27 +59,32 @@ bool transforms(const Step& s, const kernels::Reduction& reduction, bool reducin
 }  // namespace
 
 size_t PlanRunner::streamSlotBytes(const std::vector<Step>& steps, const kernels::Reduction& reduction,
-                                   bool reducing) {
+                                   bool reducing, bool device) {
   size_t biggest = 0;
   for (const Step& s : steps) {
-    const bool slot = s.recvPeer >= 0 ? (s.reduce || !s.out.valid())
-                                      : (transforms(s, reduction, reducing) && s.sendPeer >= 0 && !s.out.valid());
+    // On a device, any message may pass through a slot (connections that
+    // cannot move device memory).
+    const bool slot = device ? (s.recvPeer >= 0 || s.sendPeer >= 0)
+                      : s.recvPeer >= 0
+                          ? (s.reduce || !s.out.valid())
+                          : (transforms(s, reduction, reducing) && s.sendPeer >= 0 && !s.out.valid());
     if (slot) biggest = std::max(biggest, s.bytes);
   }
-  return (biggest + 63) / 64 * 64;
+  return (biggest + 255) / 256 * 256;
 }
 
-size_t PlanRunner::stagingBytes(const Plan& plan, const kernels::Reduction& reduction, bool reducing) {
+size_t PlanRunner::stagingBytes(const Plan& plan, const kernels::Reduction& reduction, bool reducing,
+                                bool device) {
   size_t total = 0;
-  for (const auto& stream : plan.streams) total += streamSlotBytes(stream.steps, reduction, reducing) * kSlots;
+  for (const auto& stream : plan.streams) total += streamSlotBytes(stream.steps, reduction, reducing, device) * kSlots;
   return total;
 }
 
 Result<std::unique_ptr<PlanRunner>> PlanRunner::create(const Plan* plan, std::vector<std::byte*> buffers,
                                                        kernels::Reduction reduction, bool reducing,
                                                        std::span<Connection* const> conns, Scratch* scratch,
-                                                       RegistrationCache* registrations) {
-  std::unique_ptr<PlanRunner> r(new PlanRunner(plan, std::move(buffers), reduction, reducing, conns));
+                                                       RegistrationCache* registrations, const DeviceContext* device) {
+  std::unique_ptr<PlanRunner> r(new PlanRunner(plan, std::move(buffers), reduction, reducing, conns, device));
   // The connections the plan uses, each once; a missing one is a planner bug.
   for (const Stream& st : plan->streams) {
     for (const Step& s : st.steps) {
@@ -81,6 +101,13 @@ Result<std::unique_ptr<PlanRunner>> PlanRunner::create(const Plan* plan, std::ve
     }
   }
   r->registrations_ = registrations;
+  if (device) {
+    while (device->events->size() < r->streams_.size()) {
+      LOOM_ASSIGN_OR_RETURN(device::Event e, device->api->createEvent());
+      device->events->push_back(e);
+    }
+    for (size_t i = 0; i < r->streams_.size(); ++i) r->streams_[i].event = (*device->events)[i];
+  }
   size_t total = 0;
   for (const auto& st : r->streams_) total += st.slotBytes * kSlots;
   if (total == 0) return r;
@@ -93,13 +120,24 @@ Result<std::unique_ptr<PlanRunner>> PlanRunner::create(const Plan* plan, std::ve
 }
 
 PlanRunner::PlanRunner(const Plan* plan, std::vector<std::byte*> buffers, kernels::Reduction reduction,
-                       bool reducing, std::span<Connection* const> conns)
+                       bool reducing, std::span<Connection* const> conns, const DeviceContext* device)
     : plan_(plan), buffers_(std::move(buffers)), reduction_(reduction), reducing_(reducing),
-      conns_(conns), streams_(plan->streams.size()) {
+      conns_(conns), device_(device), streams_(plan->streams.size()) {
   for (size_t i = 0; i < plan->streams.size(); ++i) {
     streams_[i].channel = plan->streams[i].channel;
-    streams_[i].slotBytes = streamSlotBytes(plan->streams[i].steps, reduction_, reducing_);
+    streams_[i].slotBytes = streamSlotBytes(plan->streams[i].steps, reduction_, reducing_, device != nullptr);
   }
+}
+
+bool PlanRunner::deviceBusy() const {
+  for (const auto& st : streams_)
+    if (st.phase == Phase::kDeviceWait) return true;
+  return false;
+}
+
+transport::MemoryType PlanRunner::memoryOf(const StreamState& st, const std::byte* p) const {
+  if (!device_) return transport::MemoryType::kHost;
+  return inSlots(st, p) ? transport::MemoryType::kHostPinned : transport::MemoryType::kDevice;
 }
 
 bool PlanRunner::done() const {
@@ -177,9 +215,18 @@ Status PlanRunner::advanceStream(size_t index, StreamState& st, bool* progressed
       st.phase = Phase::kCompute;
       *progressed = true;
     }
-    Status err = compute(step, st);
-    if (err.code() == Code::kInProgress) break;  // blocked on a slot or a hazard
-    LOOM_TRY(err);
+    if (st.phase == Phase::kCompute) {
+      Status err = device_ ? computeOnDevice(step, st) : compute(step, st);
+      if (err.code() == Code::kInProgress) break;  // blocked on a slot or a hazard
+      LOOM_TRY(err);
+      *progressed = true;
+    }
+    if (st.phase == Phase::kDeviceWait) {
+      LOOM_ASSIGN_OR_RETURN(bool fired, device_->api->eventDone(st.event));
+      if (!fired) break;
+      st.phase = Phase::kFinish;
+    }
+    LOOM_TRY(finish(step, st));
     st.phase = Phase::kStart;
     ++st.next;
     *progressed = true;
@@ -193,8 +240,11 @@ bool PlanRunner::startStep(const Step& step, StreamState& st, Status* error) {
     st.phase = Phase::kCompute;
     return true;
   }
+  Connection* c = conn(st, step.recvPeer);
   std::byte* target;
-  const bool direct = !step.reduce && step.out.valid();
+  // On a device, only a connection that moves device memory receives
+  // straight into a user buffer.
+  const bool direct = !step.reduce && step.out.valid() && (!device_ || c->moves(transport::MemoryType::kDevice));
   if (direct) {
     target = ptr(step.out);
     if (writeBlocked(target, step.bytes)) return false;
@@ -202,12 +252,13 @@ bool PlanRunner::startStep(const Step& step, StreamState& st, Status* error) {
   } else {
     st.recvSlot = takeSlot(st);
     if (st.recvSlot < 0) return false;
-    target = st.slots + size_t(st.recvSlot) * st.slotBytes;
+    target = slot(st, st.recvSlot);
   }
   st.recv = Transfer{};
   st.recv.data = target;
   st.recv.bytes = step.bytes;
-  if (step.reduce) {
+  st.recv.memory = memoryOf(st, target);
+  if (step.reduce && !device_) {
     // The step's reduction, run by the transport straight from its own
     // memory when it can, else by compute() from the staging slot. Offered
     // only when the output is not still being sent.
@@ -217,7 +268,6 @@ bool PlanRunner::startStep(const Step& step, StreamState& st, Status* error) {
     st.sink.post = step.post;
     if (!step.out.valid() || !writeBlocked(st.sink.dst, step.bytes)) st.recv.sink = &st.sink;
   }
-  Connection* c = conn(st, step.recvPeer);
   *error = attachRegion(*c, st.recv);
   if (error->isOk()) *error = c->postRecv(&st.recv);
   if (error->isOk()) *error = c->progress();
@@ -229,15 +279,17 @@ bool PlanRunner::startStep(const Step& step, StreamState& st, Status* error) {
   return true;
 }
 
-// Produces the step's result and posts its send. Returns kInProgress when it
-// must wait (no free slot, or the output region is still being sent).
+// Produces the step's result on the host (finish() posts it). Returns
+// kInProgress when it must wait (no free slot, or the output region is
+// still being sent).
 Status PlanRunner::compute(const Step& step, StreamState& st) {
   const Status kBlocked(Code::kInProgress, "");
   const size_t count = step.bytes / std::max<size_t>(1, kernels::dataTypeSize(reduction_.type));
   const std::byte* result = nullptr;
-  int hold = -1;  // staging slot that holds the result
+  int hold = -1;       // staging slot that holds the result
+  int freeAfter = -1;  // staging slot read by the computation
   if (step.recvPeer >= 0) {
-    std::byte* in = st.recvSlot >= 0 ? st.slots + size_t(st.recvSlot) * st.slotBytes : ptr(step.out);
+    std::byte* in = st.recvSlot >= 0 ? slot(st, st.recvSlot) : ptr(step.out);
     if (step.reduce) {
       std::byte* dst = st.sink.dst;
       if (!st.recv.sunk) {  // else the transport already ran the sink
@@ -246,7 +298,7 @@ Status PlanRunner::compute(const Step& step, StreamState& st) {
       }
       result = dst;
       if (dst == in) hold = st.recvSlot;
-      else if (st.recvSlot >= 0) st.freeSlots |= 1u << st.recvSlot;
+      else freeAfter = st.recvSlot;
     } else {
       result = in;
       hold = st.recvSlot;
@@ -264,21 +316,131 @@ Status PlanRunner::compute(const Step& step, StreamState& st) {
     } else if (transform && step.sendPeer >= 0) {
       hold = takeSlot(st);
       if (hold < 0) return kBlocked;
-      std::byte* dst = st.slots + size_t(hold) * st.slotBytes;
+      std::byte* dst = slot(st, hold);
       kernels::reduce(reduction_, dst, nullptr, 0, src, count, step.post);
       result = dst;
     } else {
       result = src;
     }
   }
+  st.result = result;
+  st.hold = hold;
+  st.freeAfter = freeAfter;
+  st.phase = Phase::kFinish;
+  return Status::ok();
+}
+
+// The same on the device: queues the step's kernels and copies on the
+// context's stream, then an event; advanceStream() waits for it before
+// finish(). Every check that can block comes before the first launch, so a
+// blocked step is retried from scratch.
+Status PlanRunner::computeOnDevice(const Step& step, StreamState& st) {
+  const Status kBlocked(Code::kInProgress, "");
+  device::Api* api = device_->api;
+  const device::Stream stream = device_->stream;
+  const size_t count = step.bytes / std::max<size_t>(1, kernels::dataTypeSize(reduction_.type));
+  Connection* sendConn = step.sendPeer >= 0 ? conn(st, step.sendPeer) : nullptr;
+  // A send over a connection that cannot move device memory leaves from a slot.
+  const bool stageSend = sendConn && !sendConn->moves(transport::MemoryType::kDevice);
+  const bool transform = step.recvPeer < 0 && transforms(step, reduction_, reducing_);
+
+  // What the step writes and the slots it needs, before anything is queued.
+  std::byte* in = nullptr;
+  std::byte* dst = nullptr;  // a user-buffer region written, or null
+  bool resultInSlot = false;
+  int slotsNeeded = 0;
+  if (step.recvPeer >= 0) {
+    in = st.recvSlot >= 0 ? slot(st, st.recvSlot) : ptr(step.out);
+    if (step.reduce) {
+      dst = step.out.valid() ? ptr(step.out) : nullptr;
+      resultInSlot = !dst;
+    } else {
+      dst = st.recvSlot >= 0 && step.out.valid() ? ptr(step.out) : nullptr;
+      resultInSlot = st.recvSlot >= 0;  // sends leave from the slot holding the message
+    }
+  } else if (step.out.valid()) {
+    dst = ptr(step.out);
+    if (!transform && dst == ptr(step.local)) dst = nullptr;  // nothing to write
+  } else if (transform && step.sendPeer >= 0) {
+    resultInSlot = true;
+    ++slotsNeeded;
+  }
+  if (stageSend && !resultInSlot) ++slotsNeeded;
+  if (dst && writeBlocked(dst, step.bytes)) return kBlocked;
+  if (__builtin_popcount(st.freeSlots) < slotsNeeded) return kBlocked;
+
+  bool launched = false;
+  auto reduceInto = [&](std::byte* out, const std::byte* partial, const std::byte* local) -> Status {
+    const void* partials[1] = {partial};
+    launched = true;
+    return api->reduceAsync(reduction_, out, partials, partial ? 1 : 0, local, count, step.post, stream);
+  };
+  auto copyInto = [&](std::byte* out, const std::byte* src) -> Status {
+    launched = true;
+    return api->copyAsync(out, src, step.bytes, stream);
+  };
+  const std::byte* result = nullptr;
+  int hold = -1, freeAfter = -1;
+  if (step.recvPeer >= 0) {
+    if (step.reduce) {
+      std::byte* out = dst ? dst : in;
+      LOOM_TRY(reduceInto(out, in, step.local.valid() ? ptr(step.local) : nullptr));
+      result = out;
+      if (dst) freeAfter = st.recvSlot;
+      else hold = st.recvSlot;
+    } else {
+      if (dst) LOOM_TRY(copyInto(dst, in));
+      result = in;
+      hold = st.recvSlot;
+    }
+    st.recvSlot = -1;
+  } else {
+    std::byte* src = ptr(step.local);
+    if (step.out.valid()) {
+      if (transform) LOOM_TRY(reduceInto(dst, nullptr, src));
+      else if (dst) LOOM_TRY(copyInto(dst, src));
+      result = ptr(step.out);
+    } else if (resultInSlot) {
+      hold = takeSlot(st);
+      LOOM_TRY(reduceInto(slot(st, hold), nullptr, src));
+      result = slot(st, hold);
+    } else {
+      result = src;
+    }
+  }
+  if (stageSend && !inSlots(st, result)) {
+    hold = takeSlot(st);
+    LOOM_TRY(copyInto(slot(st, hold), result));
+    result = slot(st, hold);
+  }
+  st.result = result;
+  st.hold = hold;
+  st.freeAfter = freeAfter;
+  if (!launched) {
+    st.phase = Phase::kFinish;
+    return Status::ok();
+  }
+  LOOM_TRY(api->recordEvent(st.event, stream));
+  st.phase = Phase::kDeviceWait;
+  return Status::ok();
+}
+
+// Posts the computed result (kFinish) and frees what the step no longer needs.
+Status PlanRunner::finish(const Step& step, StreamState& st) {
+  if (st.freeAfter >= 0) st.freeSlots |= 1u << st.freeAfter;
+  st.freeAfter = -1;
+  const int hold = st.hold;
+  st.hold = -1;
   if (step.sendPeer < 0) {
     if (hold >= 0) st.freeSlots |= 1u << hold;
     return Status::ok();
   }
+  const std::byte* result = st.result;
   st.sends.push_back(PendingSend{{}, result, result + step.bytes, hold, step.sendPeer});
   PendingSend& ps = st.sends.back();
   ps.xfer.data = const_cast<std::byte*>(result);
   ps.xfer.bytes = step.bytes;
+  ps.xfer.memory = memoryOf(st, result);
   Connection* c = conn(st, step.sendPeer);
   Status s = attachRegion(*c, ps.xfer);
   if (s.isOk()) s = c->postSend(&ps.xfer);

@@ -9,6 +9,15 @@
 // Hazards: a step never writes a user-buffer region that an earlier,
 // still-queued send reads (it waits for that send), so in-place operations
 // and sends straight from user buffers are safe.
+//
+// Cuda mode (a DeviceContext): the user buffers are device memory that the
+// host never touches. Each step's arithmetic and copies are queued on the
+// context's stream as kernels, and the step finishes (posting its send,
+// freeing slots) only once an event after them has fired: the host decides
+// when a kernel runs, so no kernel ever waits for a peer. Staging slots are
+// pinned host memory that both the kernels and the host transports reach;
+// a connection that moves device memory (Connection::moves) is handed the
+// device pointers instead, and the others send from and receive into slots.
 #pragma once
 
 #include <deque>
@@ -19,24 +28,39 @@
 #include "common/status.h"
 #include "core/plan.h"
 #include "core/registration.h"
+#include "device/device.h"
 #include "kernels/reduce.h"
 #include "transport/transport.h"
 
 namespace loom::core {
 
 // Reusable staging memory, grown on demand (one per communicator: its
-// operations run one after another).
+// operations run one after another). Host memory, or pinned memory of a
+// device table when constructed with one.
 class Scratch {
  public:
-  // At least `bytes` of memory, or kSystemError naming the size.
+  Scratch() = default;
+  explicit Scratch(device::Api* pinned) : pinned_(pinned) {}
+  ~Scratch() { reset(); }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  // At least `bytes` of memory, or an error naming the size.
   Result<std::byte*> get(size_t bytes);
 
  private:
-  struct Free {
-    void operator()(std::byte* p) const;
-  };
-  std::unique_ptr<std::byte, Free> mem_;
+  void reset();
+  device::Api* pinned_ = nullptr;
+  std::byte* mem_ = nullptr;
   size_t size_ = 0;
+};
+
+// Cuda mode: where the executor's kernels run (see the top of this file).
+struct DeviceContext {
+  device::Api* api = nullptr;
+  device::Stream stream = nullptr;
+  Scratch* scratch = nullptr;  // pinned (Scratch(api))
+  // One event per plan stream, created as needed, owned by the context's owner.
+  std::vector<device::Event>* events = nullptr;
 };
 
 class PlanRunner {
@@ -52,12 +76,14 @@ class PlanRunner {
   static Result<std::unique_ptr<PlanRunner>> create(const Plan* plan, std::vector<std::byte*> buffers,
                                                     kernels::Reduction reduction, bool reducing,
                                                     std::span<transport::Connection* const> conns,
-                                                    Scratch* scratch, RegistrationCache* registrations = nullptr);
+                                                    Scratch* scratch, RegistrationCache* registrations = nullptr,
+                                                    const DeviceContext* device = nullptr);
   // Staging bytes a plan needs: slots only for the steps whose data does
   // not go straight between user buffers and connections (receives that
   // reduce or have no output, local transforms that are sent). Plain data
   // movement (AllGather, Broadcast, point-to-point) needs none.
-  static size_t stagingBytes(const Plan& plan, const kernels::Reduction& reduction, bool reducing);
+  static size_t stagingBytes(const Plan& plan, const kernels::Reduction& reduction, bool reducing,
+                             bool device = false);
   PlanRunner(const PlanRunner&) = delete;
   PlanRunner& operator=(const PlanRunner&) = delete;
 
@@ -71,16 +97,20 @@ class PlanRunner {
   int failedPeer() const { return failedPeer_; }
   // Connections the runner uses (each once).
   const std::vector<transport::Connection*>& connections() const { return used_; }
+  // True while a step waits for its kernels (no fd announces their end).
+  bool deviceBusy() const;
 
  private:
   // Sets t.region from registrations_ (when there are any to consult).
   Status attachRegion(transport::Connection& c, transport::Transfer& t);
   PlanRunner(const Plan* plan, std::vector<std::byte*> buffers, kernels::Reduction reduction, bool reducing,
-             std::span<transport::Connection* const> conns);
+             std::span<transport::Connection* const> conns, const DeviceContext* device);
   static constexpr int kSlots = 4;  // staging slots per stream
   static size_t streamSlotBytes(const std::vector<Step>& steps, const kernels::Reduction& reduction,
-                                bool reducing);
-  enum class Phase { kStart, kReceiving, kCompute };
+                                bool reducing, bool device);
+  // kCompute produces the step's result (host: at once; device: queues
+  // kernels, then kDeviceWait until their event fired); kFinish posts it.
+  enum class Phase { kStart, kReceiving, kCompute, kDeviceWait, kFinish };
   // The reduction of a receiving step into its result: run piece by piece by
   // a transport that hands over its own memory (Transfer::sink), else once
   // by compute() on the staging slot.
@@ -110,12 +140,25 @@ class PlanRunner {
     size_t slotBytes = 0;
     unsigned freeSlots = (1u << kSlots) - 1;
     std::deque<PendingSend> sends;
+    // The computed step, until kFinish posts it.
+    const std::byte* result = nullptr;
+    int hold = -1;       // slot holding the result
+    int freeAfter = -1;  // slot the step's kernels read, freed at kFinish
+    device::Event event = nullptr;
   };
 
   Status advanceStream(size_t index, StreamState& st, bool* progressed);
   bool startStep(const Step& step, StreamState& st, Status* error);
   Status compute(const Step& step, StreamState& st);
+  Status computeOnDevice(const Step& step, StreamState& st);
+  Status finish(const Step& step, StreamState& st);
   int takeSlot(StreamState& st);
+  std::byte* slot(const StreamState& st, int index) const { return st.slots + size_t(index) * st.slotBytes; }
+  bool inSlots(const StreamState& st, const std::byte* p) const {
+    return st.slots && p >= st.slots && p < st.slots + kSlots * st.slotBytes;
+  }
+  // The memory type of a transfer at `p` (a staging slot, or a user buffer).
+  transport::MemoryType memoryOf(const StreamState& st, const std::byte* p) const;
   void retireSends(StreamState& st, bool* progressed);
   bool writeBlocked(const std::byte* begin, size_t bytes) const;
   std::byte* ptr(const BufRef& ref) const { return buffers_[size_t(ref.buf)] + ref.offset; }
@@ -129,6 +172,7 @@ class PlanRunner {
   bool reducing_;
   std::span<transport::Connection* const> conns_;
   RegistrationCache* registrations_ = nullptr;
+  const DeviceContext* device_ = nullptr;
   std::vector<transport::Connection*> used_;
   std::vector<StreamState> streams_;
   int failedPeer_ = -1;

@@ -113,7 +113,7 @@ Status buildTasks(Communicator* comm, const std::vector<OpDesc>& ops, std::vecto
 
 class Engine {
  public:
-  explicit Engine(std::vector<CommRun> runs) : runs_(std::move(runs)) {}
+  Engine(std::vector<CommRun> runs, const DeviceContext* device) : runs_(std::move(runs)), device_(device) {}
 
   Status run() {
     lastProgress_ = Clock::now();
@@ -159,8 +159,9 @@ class Engine {
         std::memcpy(&task.reduction.scalar, task.scalarPtr, kernels::dataTypeSize(task.reduction.type));
       }
       LOOM_ASSIGN_OR_RETURN(cr.runner, PlanRunner::create(&task.plan, task.buffers, task.reduction, task.reducing,
-                                                          comm->connections(), &comm->scratch(),
-                                                          &comm->registrations()));
+                                                          comm->connections(),
+                                                          device_ ? device_->scratch : &comm->scratch(),
+                                                          &comm->registrations(), device_));
       LOOM_TRACE(log::kColl, "%s: %s: %s", comm->describe().c_str(), task.name.c_str(),
                  dumpPlan(task.plan).c_str());
       *progressed = true;
@@ -207,6 +208,13 @@ class Engine {
   }
 
   void block() {
+    // Kernels announce their end through no fd: look again soon.
+    for (CommRun& cr : runs_) {
+      if (cr.runner && cr.runner->deviceBusy()) {
+        std::this_thread::sleep_for(std::chrono::microseconds(20));
+        return;
+      }
+    }
     std::vector<pollfd> fds;
     for (CommRun& cr : runs_) {
       if (cr.done()) continue;
@@ -244,6 +252,7 @@ class Engine {
   }
 
   std::vector<CommRun> runs_;
+  const DeviceContext* device_;
   Clock::time_point lastProgress_;
 };
 
@@ -285,7 +294,7 @@ Status runOps(std::vector<PendingOp> ops) {
   return runPlannedOps(std::move(ops));
 }
 
-Status runPlannedOps(std::vector<PendingOp> ops) {
+Status runPlannedOps(std::vector<PendingOp> ops, const DeviceContext* device) {
   std::vector<Communicator*> comms = commsOf(ops);
   // Lock in address order so two threads with overlapping groups cannot deadlock.
   std::vector<Communicator*> order = comms;
@@ -302,7 +311,7 @@ Status runPlannedOps(std::vector<PendingOp> ops) {
     runs.push_back(std::move(cr));
   }
   log::ScopedRank logRank(comms.size() == 1 ? comms[0]->rank() : -1);
-  return Engine(std::move(runs)).run();
+  return Engine(std::move(runs), device).run();
 }
 
 Status groupStart() {

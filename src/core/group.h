@@ -12,6 +12,7 @@
 
 #include "common/status.h"
 #include "core/communicator.h"
+#include "core/executor.h"
 #include "core/op.h"
 
 namespace loom::core {
@@ -48,7 +49,8 @@ struct PendingOp {
 };
 Status runOps(std::vector<PendingOp> ops);
 // runOps without waiting for a pending init or earlier splits: for callers
-// that waited when the operations were called (the device queue).
-Status runPlannedOps(std::vector<PendingOp> ops);
+// that waited when the operations were called (the device queue, which
+// passes its DeviceContext: the buffers are device memory).
+Status runPlannedOps(std::vector<PendingOp> ops, const DeviceContext* device = nullptr);
 
 }  // namespace loom::core

@@ -96,6 +96,37 @@ class CudaApi final : public Api {
     return Status::ok();
   }
 
+  Status reduceAsync(const kernels::Reduction& r, void* dst, const void* const* partials, int npartials,
+                     const void* local, size_t count, bool applyPost, Stream stream) override {
+    return kernels::cuda::reduce(r, dst, partials, npartials, local, count, applyPost, stream);
+  }
+
+  Result<Event> createEvent() override {
+    cudaEvent_t e = nullptr;
+    if (cudaError_t err = cudaEventCreateWithFlags(&e, cudaEventDisableTiming); err != cudaSuccess) {
+      return failure("cudaEventCreateWithFlags", err);
+    }
+    return static_cast<Event>(e);
+  }
+
+  void destroyEvent(Event event) override { cudaEventDestroy(static_cast<cudaEvent_t>(event)); }
+
+  Status recordEvent(Event event, Stream stream) override {
+    if (cudaError_t e = cudaEventRecord(static_cast<cudaEvent_t>(event), static_cast<cudaStream_t>(stream));
+        e != cudaSuccess) {
+      return failure("cudaEventRecord", e);
+    }
+    return Status::ok();
+  }
+
+  Result<bool> eventDone(Event event) override {
+    switch (cudaError_t e = cudaEventQuery(static_cast<cudaEvent_t>(event))) {
+      case cudaSuccess: return true;
+      case cudaErrorNotReady: return false;
+      default: return failure("cudaEventQuery", e);
+    }
+  }
+
   Status launchHostFunc(Stream stream, void (*fn)(void*), void* arg) override {
     if (cudaError_t e = cudaLaunchHostFunc(static_cast<cudaStream_t>(stream), fn, arg); e != cudaSuccess) {
       return failure("cudaLaunchHostFunc", e);

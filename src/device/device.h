@@ -22,10 +22,12 @@
 #include <string>
 
 #include "common/status.h"
+#include "kernels/reduce.h"
 
 namespace loom::device {
 
 using Stream = void*;
+using Event = void*;
 
 enum class Capture { kNone, kActive, kInvalidated };
 
@@ -57,6 +59,22 @@ class Api {
   // Queues a copy between any two of host memory, pinned host memory and
   // device memory (the direction follows from the addresses).
   virtual Status copyAsync(void* dst, const void* src, size_t bytes, Stream stream) = 0;
+
+  // Queues loom's reduction kernel on `stream`: kernels::reduce()'s
+  // contract (kernels/reduce.h) on memory the device reads and writes
+  // (device memory, allocHost memory). `partials` is a host array of
+  // pointers, read before the call returns.
+  virtual Status reduceAsync(const kernels::Reduction& r, void* dst, const void* const* partials, int npartials,
+                             const void* local, size_t count, bool applyPost, Stream stream) = 0;
+
+  // Events mark a point in a stream: the host asks, without blocking,
+  // whether the work queued before it has run.
+  virtual Result<Event> createEvent() = 0;
+  virtual void destroyEvent(Event event) = 0;
+  virtual Status recordEvent(Event event, Stream stream) = 0;
+  // True once the work queued before the latest recordEvent has finished
+  // (and for an event never recorded).
+  virtual Result<bool> eventDone(Event event) = 0;
 
   // Queues fn(arg) on `stream`: it runs on a thread of the runtime once the
   // work queued before it has finished, and must not call this table.

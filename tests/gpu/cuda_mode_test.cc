@@ -112,6 +112,7 @@ class CudaMode : public ::testing::Test {
     }
     EXPECT_EQ(emu().liveAllocations(), allocationsAtStart_)
         << "destroyed communicators must give back their staging memory";
+    EXPECT_EQ(emu().liveEvents(), 0u) << "destroyed communicators must destroy their events";
   }
   int n() const { return int(comms_.size()); }
 
@@ -208,7 +209,7 @@ TEST_F(CudaMode, EveryCollectiveOnDeviceBuffers) {
   });
   for (int r = 0; r < N; ++r)
     for (int p = 0; p < N; ++p)
-      for (size_t i = 0; i < kCount; i += 101)
+      for (size_t i = 0; i < kCount; ++i)
         ASSERT_EQ(b[size_t(r)].recv->host<int32_t>()[size_t(p) * kCount + i], value(p, i));
 
   reset();
@@ -217,7 +218,7 @@ TEST_F(CudaMode, EveryCollectiveOnDeviceBuffers) {
                              comms_[size_t(r)], S(r));
   });
   for (int r = 0; r < N; ++r)
-    for (size_t i = 0; i < kCount; i += 101) {
+    for (size_t i = 0; i < kCount; ++i) {
       int32_t want = 0;
       for (int p = 0; p < N; ++p) want += value(p, size_t(r) * kCount + i);
       ASSERT_EQ(b[size_t(r)].recv->host<int32_t>()[i], want);
@@ -228,14 +229,14 @@ TEST_F(CudaMode, EveryCollectiveOnDeviceBuffers) {
     return ncclBroadcast(b[size_t(r)].send->ptr, b[size_t(r)].recv->ptr, kCount, ncclInt32, 1, comms_[size_t(r)], S(r));
   });
   for (int r = 0; r < N; ++r)
-    for (size_t i = 0; i < kCount; i += 101) ASSERT_EQ(b[size_t(r)].recv->host<int32_t>()[i], value(1, i));
+    for (size_t i = 0; i < kCount; ++i) ASSERT_EQ(b[size_t(r)].recv->host<int32_t>()[i], value(1, i));
 
   reset();
   run("Reduce to 2, max", [&](int r) {
     return ncclReduce(b[size_t(r)].send->ptr, b[size_t(r)].recv->ptr, kCount, ncclInt32, ncclMax, 2, comms_[size_t(r)],
                       S(r));
   });
-  for (size_t i = 0; i < kCount; i += 101) ASSERT_EQ(b[2].recv->host<int32_t>()[i], value(N - 1, i));
+  for (size_t i = 0; i < kCount; ++i) ASSERT_EQ(b[2].recv->host<int32_t>()[i], value(N - 1, i));
 
   reset();
   run("AllToAll", [&](int r) {
@@ -243,7 +244,7 @@ TEST_F(CudaMode, EveryCollectiveOnDeviceBuffers) {
   });
   for (int r = 0; r < N; ++r)
     for (int p = 0; p < N; ++p)
-      for (size_t i = 0; i < kCount; i += 101)
+      for (size_t i = 0; i < kCount; ++i)
         ASSERT_EQ(b[size_t(r)].recv->host<int32_t>()[size_t(p) * kCount + i], value(p, size_t(r) * kCount + i));
 
   reset();
@@ -253,7 +254,7 @@ TEST_F(CudaMode, EveryCollectiveOnDeviceBuffers) {
     return ncclRecv(b[size_t(r)].recv->ptr, kCount, ncclInt32, (r + N - 1) % N, comms_[size_t(r)], S(r));
   });
   for (int r = 0; r < N; ++r)
-    for (size_t i = 0; i < kCount; i += 101) ASSERT_EQ(b[size_t(r)].recv->host<int32_t>()[i], value((r + N - 1) % N, i));
+    for (size_t i = 0; i < kCount; ++i) ASSERT_EQ(b[size_t(r)].recv->host<int32_t>()[i], value((r + N - 1) % N, i));
 
   reset();
   run("AllReduce in place", [&](int r) {
@@ -261,7 +262,7 @@ TEST_F(CudaMode, EveryCollectiveOnDeviceBuffers) {
                          S(r));
   });
   for (int r = 0; r < N; ++r)
-    for (size_t i = 0; i < kCount; i += 101) {
+    for (size_t i = 0; i < kCount; ++i) {
       int32_t want = 0;
       for (int p = 0; p < N; ++p) want += value(p, i);
       ASSERT_EQ(b[size_t(r)].send->host<int32_t>()[i], want);
@@ -274,8 +275,64 @@ TEST_F(CudaMode, EveryCollectiveOnDeviceBuffers) {
   });
   for (int r = 0; r < N; ++r)
     for (int p = 0; p < N; ++p)
-      for (size_t i = 0; i < kCount; i += 101)
+      for (size_t i = 0; i < kCount; ++i)
         ASSERT_EQ(b[size_t(r)].send->host<int32_t>()[size_t(p) * kCount + i], value(p, size_t(p) * kCount + i));
+}
+
+// The arithmetic runs as kernels on the device (the emulation counts them)
+// over many slices of pinned staging slots, with the pre- and post-steps of
+// PreMulSum and Avg, in place and out of place; every element is checked.
+TEST_F(CudaMode, KernelsReduceSliceBySlice) {
+  makeRanks(3);
+  const int N = n();
+  constexpr size_t kCount = (3 << 20) / 4 + 13;  // several slices per chunk, odd tail
+  std::vector<std::unique_ptr<DeviceBuffer>> in, out;
+  for (int r = 0; r < N; ++r) {
+    in.push_back(std::make_unique<DeviceBuffer>(kCount * sizeof(float)));
+    out.push_back(std::make_unique<DeviceBuffer>(kCount * sizeof(float)));
+  }
+  auto fill = [&] {
+    for (int r = 0; r < N; ++r) {
+      float* h = in[size_t(r)]->host<float>();
+      for (size_t i = 0; i < kCount; ++i) h[i] = float((r + 1) * int(i % 61));
+      std::memset(out[size_t(r)]->host<float>(), 0xee, kCount * sizeof(float));
+    }
+  };
+  const float half = 0.5f;
+  std::vector<ncclRedOp_t> premul(static_cast<size_t>(N));
+  for (int r = 0; r < N; ++r)
+    ASSERT_EQ(ncclRedOpCreatePreMulSum(&premul[size_t(r)], const_cast<float*>(&half), ncclFloat,
+                                       ncclScalarHostImmediate, comms_[size_t(r)]),
+              ncclSuccess);
+  struct Case {
+    const char* name;
+    bool inPlace;
+    int op;  // 0 sum, 1 avg, 2 premul
+  };
+  for (const Case& c : {Case{"sum", false, 0}, Case{"avg in place", true, 1}, Case{"premul", false, 2}}) {
+    SCOPED_TRACE(c.name);
+    fill();
+    const uint64_t kernelsBefore = emu().reduceLaunches();
+    ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+    for (int r = 0; r < N; ++r) {
+      const ncclRedOp_t op = c.op == 0 ? ncclSum : c.op == 1 ? ncclAvg : premul[size_t(r)];
+      void* dst = c.inPlace ? in[size_t(r)]->ptr : out[size_t(r)]->ptr;
+      ASSERT_EQ(ncclAllReduce(in[size_t(r)]->ptr, dst, kCount, ncclFloat, op, comms_[size_t(r)],
+                              asCuda(streams_[size_t(r)])),
+                ncclSuccess);
+    }
+    ASSERT_EQ(ncclGroupEnd(), ncclSuccess);
+    for (int r = 0; r < N; ++r) ASSERT_TRUE(drains(streams_[size_t(r)]));
+    // Each rank reduces every chunk but its own once, in kernels.
+    EXPECT_GE(emu().reduceLaunches() - kernelsBefore, uint64_t(N * (N - 1)));
+    const float scale = c.op == 0 ? 6.0f : c.op == 1 ? 2.0f : 3.0f;  // sum of (r + 1), /3, *0.5
+    for (int r = 0; r < N; ++r) {
+      const float* h = (c.inPlace ? in : out)[size_t(r)]->host<float>();
+      for (size_t i = 0; i < kCount; ++i)
+        ASSERT_FLOAT_EQ(h[i], scale * float(int(i % 61))) << "rank " << r << " at " << i;  // avg: x * (1/3)
+    }
+  }
+  for (int r = 0; r < N; ++r) EXPECT_EQ(ncclRedOpDestroy(premul[size_t(r)], comms_[size_t(r)]), ncclSuccess);
 }
 
 // ncclCommFinalize returns only once the queued work has run.

@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <vector>
 
 namespace loom::test {
 namespace {
@@ -11,6 +12,11 @@ constexpr uintptr_t kDeviceTag = uintptr_t(1) << 61;
 thread_local int tCurrentDevice = 0;
 
 }  // namespace
+
+struct EmulatedDevice::EventState {
+  std::atomic<uint64_t> recorded{0};
+  std::atomic<uint64_t> reached{0};
+};
 
 struct EmulatedDevice::Queue {
   explicit Queue(int maxDelayUs, uint64_t seed) : maxDelayUs(maxDelayUs), rng(seed) {
@@ -165,8 +171,63 @@ Status EmulatedDevice::copyAsync(void* dst, const void* src, size_t bytes, devic
   Queue* q = queueOf(stream);
   if (!q) return invalidArgument("unknown emulated stream");
   if (bytes == 0) return Status::ok();
+  if (isDevicePointer(dst) || isDevicePointer(src)) ++deviceCopies_;
   q->push([d = hostView(dst), s = hostView(src), bytes] { std::memmove(d, s, bytes); });
   return Status::ok();
+}
+
+Status EmulatedDevice::reduceAsync(const kernels::Reduction& r, void* dst, const void* const* partials,
+                                   int npartials, const void* local, size_t count, bool applyPost,
+                                   device::Stream stream) {
+  Queue* q = queueOf(stream);
+  if (!q) return invalidArgument("unknown emulated stream");
+  if (npartials < 0 || npartials > 8) return invalidArgument("emulated reduce: bad source count");
+  std::vector<const void*> sources;
+  for (int i = 0; i < npartials; ++i) sources.push_back(hostView(partials[i]));
+  ++reduceLaunches_;
+  q->push([r, d = hostView(dst), sources, l = local ? hostView(local) : nullptr, count, applyPost] {
+    kernels::reduce(r, d, sources.data(), int(sources.size()), l, count, applyPost);
+  });
+  return Status::ok();
+}
+
+Result<device::Event> EmulatedDevice::createEvent() {
+  auto e = std::make_shared<EventState>();
+  void* handle = e.get();
+  std::lock_guard<std::mutex> lock(mutex_);
+  events_[handle] = std::move(e);
+  return handle;
+}
+
+void EmulatedDevice::destroyEvent(device::Event event) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  events_.erase(event);
+}
+
+Status EmulatedDevice::recordEvent(device::Event event, device::Stream stream) {
+  Queue* q = queueOf(stream);
+  if (!q) return invalidArgument("unknown emulated stream");
+  std::shared_ptr<EventState> e;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = events_.find(event);
+    if (it == events_.end()) return invalidArgument("unknown emulated event");
+    e = it->second;
+  }
+  const uint64_t mark = ++e->recorded;
+  q->push([e, mark] {
+    uint64_t seen = e->reached.load();
+    while (seen < mark && !e->reached.compare_exchange_weak(seen, mark)) {
+    }
+  });
+  return Status::ok();
+}
+
+Result<bool> EmulatedDevice::eventDone(device::Event event) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = events_.find(event);
+  if (it == events_.end()) return invalidArgument("unknown emulated event");
+  return it->second->reached.load() >= it->second->recorded.load();
 }
 
 Status EmulatedDevice::launchHostFunc(device::Stream stream, void (*fn)(void*), void* arg) {
@@ -217,6 +278,11 @@ void EmulatedDevice::endCapture(device::Stream stream) {
 size_t EmulatedDevice::pending(device::Stream stream) {
   Queue* q = queueOf(stream);
   return q ? q->pending() : 0;
+}
+
+size_t EmulatedDevice::liveEvents() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return events_.size();
 }
 
 size_t EmulatedDevice::liveAllocations() const {

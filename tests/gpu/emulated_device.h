@@ -9,6 +9,8 @@
 //   non-canonical x86-64 address): any host code that dereferences a
 //   device pointer crashes at once instead of passing. copyAsync and the
 //   test helpers translate.
+// - Kernels (reduceAsync) run the host kernels on the stream's worker;
+//   events are counters that the worker advances.
 // - Graph capture is a flag per stream (beginCapture / endCapture).
 #pragma once
 
@@ -49,6 +51,12 @@ class EmulatedDevice final : public device::Api {
   Result<void*> allocHost(size_t bytes) override;
   void freeHost(void* p) override;
   Status copyAsync(void* dst, const void* src, size_t bytes, device::Stream stream) override;
+  Status reduceAsync(const kernels::Reduction& r, void* dst, const void* const* partials, int npartials,
+                     const void* local, size_t count, bool applyPost, device::Stream stream) override;
+  Result<device::Event> createEvent() override;
+  void destroyEvent(device::Event event) override;
+  Status recordEvent(device::Event event, device::Stream stream) override;
+  Result<bool> eventDone(device::Event event) override;
   Status launchHostFunc(device::Stream stream, void (*fn)(void*), void* arg) override;
   Status launchGate(device::Stream stream, const uint64_t* word, uint64_t value) override;
   Result<device::Capture> captureStatus(device::Stream stream) override;
@@ -66,9 +74,15 @@ class EmulatedDevice final : public device::Api {
   size_t pending(device::Stream stream);
   // Allocations not yet freed (device and pinned host).
   size_t liveAllocations() const;
+  // Events created and not yet destroyed.
+  size_t liveEvents() const;
+  // Kernels run: reductions, and copies with a device pointer on either side.
+  uint64_t reduceLaunches() const { return reduceLaunches_.load(); }
+  uint64_t deviceCopies() const { return deviceCopies_.load(); }
 
  private:
   struct Queue;
+  struct EventState;
   Queue* queueOf(device::Stream stream);
 
   Options options_;
@@ -76,6 +90,9 @@ class EmulatedDevice final : public device::Api {
   mutable std::mutex mutex_;
   std::map<void*, std::unique_ptr<Queue>> streams_;
   std::map<void*, size_t> allocations_;
+  std::map<void*, std::shared_ptr<EventState>> events_;
+  std::atomic<uint64_t> reduceLaunches_{0};
+  std::atomic<uint64_t> deviceCopies_{0};
 };
 
 }  // namespace loom::test
