@@ -128,6 +128,11 @@ class Connection {
   // order; a transfer never held (or already released, or on a backend
   // that never hands out its memory) is a no-op.
   virtual Status release(Transfer* t) { return Status::ok(); }
+  // Blocks until the device work this connection queued (copies from and
+  // into posted buffers) has finished, whatever became of the transfers.
+  // The engine calls it before handing buffers back to their owner after a
+  // failure. Backends that queue no device work have nothing to wait for.
+  virtual Status quiesce() { return Status::ok(); }
 
  protected:
   // The backend's half of postSend/postRecv: the transfer passed the

@@ -5,6 +5,7 @@
 #include <cctype>
 
 #include "common/settings.h"
+#include "transport/cudaipc/transport.h"
 #include "transport/loopback/transport.h"
 #include "transport/shm/transport.h"
 #include "transport/tcp/transport.h"
@@ -59,13 +60,17 @@ Result<std::string> Selection::network() const {
 }
 
 std::span<const Backend* const> backends() {
-  static const std::array<const Backend*, 1> table = {&shm::backend()};
+  static const std::array<const Backend*, 2> table = {&cudaipc::backend(), &shm::backend()};
   return table;
 }
 
 const Backend* choose(const PeerView& self, const PeerView& peer, const Selection& selection,
-                      std::string* reasons) {
-  for (const Backend* b : backends()) {
+                      std::string* reasons, const Backend* after) {
+  auto all = backends();
+  auto from = all.begin();
+  if (after) from = std::find(all.begin(), all.end(), after) + 1;
+  for (auto it = from; it < all.end(); ++it) {
+    const Backend* b = *it;
     std::string why;
     for (MemoryType m : {self.memory, peer.memory}) {
       if (why.empty() && !b->moves(m) && !(m == MemoryType::kDevice && b->moves(MemoryType::kHostPinned)))

@@ -67,9 +67,11 @@ class Backend {
 std::span<const Backend* const> backends();
 
 // The first backend that can connect the pair, or null (the pair keeps its
-// network connection). *reasons collects why better ones could not.
+// network connection). *reasons collects why better ones could not. With
+// `after`, only backends after that one are considered (the pair tried it
+// and its connect failed on one side).
 const Backend* choose(const PeerView& self, const PeerView& peer, const Selection& selection,
-                      std::string* reasons);
+                      std::string* reasons, const Backend* after = nullptr);
 
 // The backend of that name, or null.
 const Backend* find(std::string_view name);

@@ -211,6 +211,12 @@ Status DeviceQueue::run(Job& job) {
   }
   if (readScalar) LOOM_TRY(api_->synchronize(stream_));
   Status s = runPlannedOps(std::move(pending), &context_);
+  if (!s.isOk()) {
+    // A failed operation may leave copies queued by its connections: the
+    // user's buffers go back only once nothing touches them any more.
+    for (transport::Connection* c : comm_->connections())
+      if (c) (void)c->quiesce();
+  }
   // Every step waited for its kernels; this only makes sure before the release.
   Status synced = api_->synchronize(stream_);
   return s.isOk() ? synced : s;

@@ -68,7 +68,7 @@ Status PeerLink::advance(Bootstrap& bootstrap, const std::atomic<bool>* abort, b
       case Phase::kVerdict:
         LOOM_TRY(network_->progress());
         if (!sendVerdict_.done || !recvVerdict_.done) return Status::ok();
-        LOOM_TRY(finishVerdict());
+        LOOM_TRY(finishVerdict(bootstrap));
         continue;
       case Phase::kReady:
         *ready = true;
@@ -151,10 +151,11 @@ Status PeerLink::connectSockets(Bootstrap& bootstrap, const std::atomic<bool>* a
   return Status::ok();
 }
 
+// Offers the best backend after the one tried last (none: the best of all).
 Status PeerLink::startUpgrade(Bootstrap& bootstrap) {
   std::string reasons;
   backend_ = transport::choose(viewOf(self_, bootstrap.peer(self_)), viewOf(peer_, bootstrap.peer(peer_)),
-                               options_.selection, &reasons);
+                               options_.selection, &reasons, backend_);
   if (!backend_) {
     LOOM_INFO(log::kInit, "rank %d: %s to rank %d (%s)", self_, network_->kind(), peer_, reasons.c_str());
     result_ = std::move(network_);
@@ -170,9 +171,8 @@ Status PeerLink::startUpgrade(Bootstrap& bootstrap) {
   } else {
     mine_.ok = 0;
     myEndpoint_.clear();
-    LOOM_WARN("rank %d: %s transport to rank %d unavailable, using %s: %s", self_, backend_->name(), peer_,
-              network_->kind(),
-              conn.isOk() ? "its endpoint is too large" : conn.status().message().c_str());
+    LOOM_WARN("rank %d: %s transport to rank %d unavailable, trying the next transport: %s", self_,
+              backend_->name(), peer_, conn.isOk() ? "its endpoint is too large" : conn.status().message().c_str());
   }
   sendOffer_ = transport::Transfer{&mine_, sizeof mine_};
   recvOffer_ = transport::Transfer{&theirs_, sizeof theirs_};
@@ -210,9 +210,8 @@ Status PeerLink::finishEndpoint() {
     if (s.isOk()) {
       myVerdict_.ok = 1;
     } else {
-      LOOM_INFO(log::kInit, "rank %d: cannot attach %s to rank %d, using %s: %s", self_, backend_->name(), peer_,
-                network_->kind(),
-                s.message().c_str());
+      LOOM_INFO(log::kInit, "rank %d: cannot attach %s to rank %d, trying the next transport: %s", self_,
+                backend_->name(), peer_, s.message().c_str());
     }
   }
   sendVerdict_ = transport::Transfer{&myVerdict_, sizeof myVerdict_};
@@ -223,19 +222,24 @@ Status PeerLink::finishEndpoint() {
   return Status::ok();
 }
 
-Status PeerLink::finishVerdict() {
+// Both verdicts are in: use the new connection, or (one side failed) try
+// the next backend; both sides reach the same choice.
+Status PeerLink::finishVerdict(Bootstrap& bootstrap) {
   if (theirVerdict_.magic != kVerdictMagic) {
     return remoteError("rank " + std::to_string(peer_) + " sent a bad transport verdict");
   }
   if (myVerdict_.ok && theirVerdict_.ok) {
     result_ = std::move(upgraded_);
     network_.reset();  // both sides have read everything: closing sends no reset
-  } else {
-    result_ = std::move(network_);
-    upgraded_.reset();
+    phase_ = Phase::kReady;
+    return Status::ok();
   }
-  phase_ = Phase::kReady;
-  return Status::ok();
+  if (myVerdict_.ok) {
+    LOOM_INFO(log::kInit, "rank %d: rank %d could not attach %s; trying the next transport", self_, peer_,
+              backend_->name());
+  }
+  upgraded_.reset();
+  return startUpgrade(bootstrap);
 }
 
 }  // namespace loom::core

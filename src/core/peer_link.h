@@ -66,7 +66,7 @@ class PeerLink {
   Status startUpgrade(Bootstrap& bootstrap);
   Status finishOffer();
   Status finishEndpoint();
-  Status finishVerdict();
+  Status finishVerdict(Bootstrap& bootstrap);
 
   int self_, peer_, channel_;
   LinkOptions options_;

@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdio>
+#include <cstring>
 #include <string>
 
 #include "device/device.h"
@@ -126,6 +127,27 @@ class CudaApi final : public Api {
       default: return failure("cudaEventQuery", e);
     }
   }
+
+  Result<IpcHandle> ipcHandle(void* base) override {
+    cudaIpcMemHandle_t h{};
+    if (cudaError_t e = cudaIpcGetMemHandle(&h, base); e != cudaSuccess) return failure("cudaIpcGetMemHandle", e);
+    IpcHandle out{};
+    static_assert(sizeof h == sizeof out);
+    std::memcpy(out.data(), &h, sizeof h);
+    return out;
+  }
+
+  Result<void*> ipcOpen(const IpcHandle& handle) override {
+    cudaIpcMemHandle_t h{};
+    std::memcpy(&h, handle.data(), sizeof h);
+    void* p = nullptr;
+    if (cudaError_t e = cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess); e != cudaSuccess) {
+      return failure("cudaIpcOpenMemHandle", e);
+    }
+    return p;
+  }
+
+  void ipcClose(void* mapped) override { cudaIpcCloseMemHandle(mapped); }
 
   Status launchHostFunc(Stream stream, void (*fn)(void*), void* arg) override {
     if (cudaError_t e = cudaLaunchHostFunc(static_cast<cudaStream_t>(stream), fn, arg); e != cudaSuccess) {

@@ -17,6 +17,7 @@
 // Thread safety: every call may be made from any thread at once.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -28,6 +29,9 @@ namespace loom::device {
 
 using Stream = void*;
 using Event = void*;
+// What another process of this host opens to reach device memory (the
+// runtime's cudaIpcMemHandle_t, 64 bytes).
+using IpcHandle = std::array<uint8_t, 64>;
 
 enum class Capture { kNone, kActive, kInvalidated };
 
@@ -75,6 +79,14 @@ class Api {
   // True once the work queued before the latest recordEvent has finished
   // (and for an event never recorded).
   virtual Result<bool> eventDone(Event event) = 0;
+
+  // Device memory shared between processes of one host (CUDA IPC): the
+  // handle of an allocDevice allocation (its base), and the peer's side,
+  // which maps it (not in the process that allocated it: there the pointer
+  // itself is used) until ipcClose.
+  virtual Result<IpcHandle> ipcHandle(void* base) = 0;
+  virtual Result<void*> ipcOpen(const IpcHandle& handle) = 0;
+  virtual void ipcClose(void* mapped) = 0;
 
   // Queues fn(arg) on `stream`: it runs on a thread of the runtime once the
   // work queued before it has finished, and must not call this table.

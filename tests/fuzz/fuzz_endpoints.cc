@@ -5,18 +5,21 @@
 //   mode 1: one rank's info (wire::decodeRankInfo), from a join request or
 //           a split;
 //   mode 2: a table of them (wire::decodeTable) for 1-8 ranks, from the
-//           rendezvous root.
+//           rendezvous root;
+//   mode 3: a CUDA IPC endpoint (cudaipc::readEndpoint), from the offer of
+//           a peer that wants to map its device inbox.
 // A reader either refuses (kRemoteError with a message) or accepts a blob
 // that its writer produces byte for byte from what was read: nothing
 // unread rides along, nothing is read out of bounds (ASan).
 //
-// Input: [mode : u8 % 3] ([nranks - 1 : u8 % 8] for mode 2) then the blob.
+// Input: [mode : u8 % 4] ([nranks - 1 : u8 % 8] for mode 2) then the blob.
 #include <algorithm>
 #include <span>
 #include <vector>
 
 #include "core/wire.h"
 #include "fuzz_input.h"
+#include "transport/cudaipc/endpoint.h"
 #include "transport/shm/endpoint.h"
 
 namespace {
@@ -39,7 +42,7 @@ bool same(const std::vector<uint8_t>& a, std::span<const uint8_t> b) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   fuzz::Input in(data, size);
-  const int mode = in.u8() % 3;
+  const int mode = in.u8() % 4;
   const int nranks = mode == 2 ? 1 + in.u8() % 8 : 0;
   const std::string_view rest = in.rest();
   const std::span<const uint8_t> blob(reinterpret_cast<const uint8_t*>(rest.data()), rest.size());
@@ -54,6 +57,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (refused(info)) return 0;
     FUZZ_CHECK(info->hostname.size() <= core::wire::kMaxHostnameBytes);
     FUZZ_CHECK(same(core::wire::encode(*info), blob));
+  } else if (mode == 3) {
+    auto d = transport::cudaipc::readEndpoint(blob);
+    if (refused(d)) return 0;
+    std::vector<uint8_t> again;
+    transport::cudaipc::writeEndpoint(*d, &again);
+    FUZZ_CHECK(same(again, blob));
   } else {
     auto table = core::wire::decodeTable(blob, nranks);
     if (refused(table)) return 0;

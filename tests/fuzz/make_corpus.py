@@ -49,6 +49,12 @@ def shm_endpoint(nonce=77, inbox_bytes=1 << 20, pid=4242, memfd=5, wake_fd=6, la
     return struct.pack("<IQQQiiiI", version, magic, nonce, inbox_bytes, pid, memfd, wake_fd, layout)
 
 
+def cudaipc_endpoint(nonce=99, address=0x7F0000000000, slot_bytes=512 << 10, slots=8, version=1):
+    control = shm_endpoint()
+    return (struct.pack("<IQQ", version, nonce, address) + bytes(range(64)) +
+            struct.pack("<QII", slot_bytes, slots, len(control)) + control)
+
+
 def reply(status, length, magic=REPLY_MAGIC):
     return struct.pack("<IIII", magic, status, length, 0)
 
@@ -103,6 +109,8 @@ def seeds_endpoints():
         "rank_info_empty_host": bytes([1]) + rank_info(addr_v4([10, 1, 2, 3], 1), 1, b""),
         "table_two": bytes([2, 1]) + table(info, info2),
         "table_one_of_three": bytes([2, 2]) + table(info),
+        "cudaipc": bytes([3]) + cudaipc_endpoint(),
+        "cudaipc_truncated": bytes([3]) + cudaipc_endpoint()[:-4],
     }
 
 

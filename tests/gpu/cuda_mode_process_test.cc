@@ -16,11 +16,14 @@ using loom::test::ChildProcess;
 
 // Starts `n` ranks running `scenario` and waits at most `seconds` for each
 // (ChildProcess kills and reaps what is left when it goes).
-std::vector<std::unique_ptr<ChildProcess>> runJob(int n, const std::string& scenario, int seconds) {
+std::vector<std::unique_ptr<ChildProcess>> runJob(int n, const std::string& scenario, int seconds,
+                                                  const std::vector<std::string>& extraEnv = {}) {
   std::random_device rd;
-  const std::vector<std::string> env = {
+  std::vector<std::string> env = {
       "NCCL_COMM_ID=127.0.0.1:" + std::to_string(loom::test::freeLoopbackPort()),
-      "LOOM_COMM_SECRET=cuda-mode-" + std::to_string(rd()) + std::to_string(rd()), "LOOM_TIMEOUT_S=60"};
+      "LOOM_COMM_SECRET=cuda-mode-" + std::to_string(rd()) + std::to_string(rd()), "LOOM_TIMEOUT_S=60",
+      "NCCL_DEBUG=INFO", "NCCL_DEBUG_SUBSYS=INIT"};
+  env.insert(env.end(), extraEnv.begin(), extraEnv.end());
   std::vector<std::unique_ptr<ChildProcess>> ranks;
   for (int r = 0; r < n; ++r) {
     ranks.push_back(ChildProcess::start(LOOM_CUDA_MODE_RANK_PATH, {std::to_string(r), std::to_string(n), scenario}, env));
@@ -31,15 +34,31 @@ std::vector<std::unique_ptr<ChildProcess>> runJob(int n, const std::string& scen
 
 class CudaModeProcesses : public ::testing::TestWithParam<int> {};
 
-TEST_P(CudaModeProcesses, CollectivesOnDeviceBuffers) {
-  const int n = GetParam();
-  auto ranks = runJob(n, "collectives", 120);
-  for (int r = 0; r < n; ++r) {
-    const ChildProcess& k = *ranks[size_t(r)];
+// Every rank checked its results, and its connections went through `via`.
+void expectOk(const std::vector<std::unique_ptr<ChildProcess>>& ranks, const std::string& via) {
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    const ChildProcess& k = *ranks[r];
     const std::string out = k.output();
     EXPECT_TRUE(k.exitedNormally() && k.status() == 0) << "rank " << r << " status " << k.status() << ":\n" << out;
     EXPECT_NE(out.find("rank " + std::to_string(r) + ": ok"), std::string::npos) << out;
+    EXPECT_NE(out.find("via " + via), std::string::npos) << "rank " << r << " did not use " << via << ":\n" << out;
   }
+}
+
+// The GPUs' memory is mapped between the processes (CUDA IPC).
+TEST_P(CudaModeProcesses, CollectivesOnDeviceBuffers) { expectOk(runJob(GetParam(), "collectives", 120), "cudaipc"); }
+
+// NCCL_P2P_DISABLE: shared memory through pinned host slots.
+TEST_P(CudaModeProcesses, P2pDisabledUsesSharedMemory) {
+  expectOk(runJob(GetParam(), "collectives", 120, {"NCCL_P2P_DISABLE=1"}), "shm");
+}
+
+// Where CUDA IPC cannot map a peer's memory, the pair falls back to shared
+// memory, logged, and the results are the same.
+TEST_P(CudaModeProcesses, IpcThatFailsFallsBackToSharedMemory) {
+  auto ranks = runJob(GetParam(), "collectives", 120, {"LOOM_TEST_EMULATED_IPC=off"});
+  expectOk(ranks, "shm");
+  EXPECT_NE(ranks[0]->output().find("cannot attach cudaipc"), std::string::npos) << ranks[0]->output();
 }
 INSTANTIATE_TEST_SUITE_P(Ranks, CudaModeProcesses, ::testing::Values(2, 3),
                          [](const ::testing::TestParamInfo<int>& i) { return "n" + std::to_string(i.param); });

@@ -9,7 +9,9 @@
 //                                                      init; the others' queued
 //                                                      AllReduce must fail, with
 //                                                      their streams released
-// Prints "rank R: ok" (and exits 0) when everything checked out.
+// Prints "rank R: ok" (and exits 0) when everything checked out. With
+// LOOM_TEST_EMULATED_IPC=off in the environment the emulated device refuses
+// to open IPC handles.
 #include <loom/loom.h>
 #include <nccl.h>
 
@@ -45,7 +47,9 @@ int main(int argc, char** argv) {
   }
   const int rank = std::atoi(argv[1]), n = std::atoi(argv[2]);
   const std::string what = argv[3];
-  static EmulatedDevice* emu = new EmulatedDevice(EmulatedDevice::Options{1, 500});
+  const char* ipc = std::getenv("LOOM_TEST_EMULATED_IPC");
+  static EmulatedDevice* emu =
+      new EmulatedDevice(EmulatedDevice::Options{1, 500, !(ipc && std::strcmp(ipc, "off") == 0)});
   loom::device::setApiForTesting(emu);
 
   loomSetBufferMode(loomBufferModeCuda);  // whatever LOOM_DEVICE says

@@ -1,5 +1,9 @@
 #include "emulated_device.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <random>
@@ -9,6 +13,18 @@ namespace loom::test {
 namespace {
 
 constexpr uintptr_t kDeviceTag = uintptr_t(1) << 61;
+constexpr uint32_t kIpcMagic = 0x50494d45;  // "EMIP"
+
+struct IpcFields {
+  uint32_t magic;
+  uint32_t pid;
+  int32_t fd;
+  uint32_t pad;
+  uint64_t bytes;
+};
+static_assert(sizeof(IpcFields) <= sizeof(device::IpcHandle));
+
+size_t pageRound(size_t bytes) { return (std::max<size_t>(bytes, 1) + 4095) / 4096 * 4096; }
 thread_local int tCurrentDevice = 0;
 
 }  // namespace
@@ -86,7 +102,15 @@ EmulatedDevice::EmulatedDevice(Options options)
 EmulatedDevice::~EmulatedDevice() {
   streams_.clear();
   defaultStream_.reset();
-  for (auto& [p, bytes] : allocations_) std::free(p);
+  for (auto& [p, a] : allocations_) {
+    if (a.fd >= 0) {
+      ::munmap(p, pageRound(a.bytes));
+      ::close(a.fd);
+    } else {
+      std::free(p);
+    }
+  }
+  for (auto& [p, bytes] : opened_) ::munmap(p, bytes);
 }
 
 EmulatedDevice::Queue* EmulatedDevice::queueOf(device::Stream stream) {
@@ -139,10 +163,17 @@ Status EmulatedDevice::synchronize(device::Stream stream) {
 }
 
 Result<void*> EmulatedDevice::allocDevice(size_t bytes) {
-  void* p = std::aligned_alloc(256, (std::max<size_t>(bytes, 1) + 255) / 256 * 256);
-  if (!p) return systemError("emulated device allocation failed");
+  const int fd = ::memfd_create("loom-emulated-device", MFD_CLOEXEC);
+  if (fd < 0) return systemError("emulated device allocation: memfd_create failed");
+  void* p = MAP_FAILED;
+  if (::ftruncate(fd, off_t(pageRound(bytes))) == 0)
+    p = ::mmap(nullptr, pageRound(bytes), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) {
+    ::close(fd);
+    return systemError("emulated device allocation of " + std::to_string(bytes) + " bytes failed");
+  }
   std::lock_guard<std::mutex> lock(mutex_);
-  allocations_[p] = bytes;
+  allocations_[p] = Allocation{bytes, fd};
   return reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(p) | kDeviceTag);
 }
 
@@ -150,21 +181,65 @@ void EmulatedDevice::freeDevice(void* p) {
   if (!p) return;
   void* host = hostView(p);
   std::lock_guard<std::mutex> lock(mutex_);
-  if (allocations_.erase(host)) std::free(host);
+  auto it = allocations_.find(host);
+  if (it == allocations_.end() || it->second.fd < 0) return;
+  ::munmap(host, pageRound(it->second.bytes));
+  ::close(it->second.fd);
+  allocations_.erase(it);
+}
+
+Result<device::IpcHandle> EmulatedDevice::ipcHandle(void* base) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = allocations_.find(hostView(base));
+  if (!isDevicePointer(base) || it == allocations_.end()) {
+    return invalidArgument("emulated ipcHandle: not the base of a device allocation");
+  }
+  IpcFields f{kIpcMagic, uint32_t(::getpid()), it->second.fd, 0, it->second.bytes};
+  device::IpcHandle h{};
+  std::memcpy(h.data(), &f, sizeof f);
+  return h;
+}
+
+Result<void*> EmulatedDevice::ipcOpen(const device::IpcHandle& handle) {
+  IpcFields f{};
+  std::memcpy(&f, handle.data(), sizeof f);
+  if (f.magic != kIpcMagic) return invalidArgument("emulated ipcOpen: not an emulated IPC handle");
+  if (!options_.ipcWorks) return Status(Code::kCudaError, "emulated ipcOpen: IPC is switched off for this test");
+  const std::string path = "/proc/" + std::to_string(f.pid) + "/fd/" + std::to_string(f.fd);
+  const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) return systemError("emulated ipcOpen: cannot open " + path);
+  void* p = ::mmap(nullptr, pageRound(f.bytes), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (p == MAP_FAILED) return systemError("emulated ipcOpen: cannot map " + path);
+  std::lock_guard<std::mutex> lock(mutex_);
+  opened_[p] = pageRound(f.bytes);
+  return reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(p) | kDeviceTag);
+}
+
+void EmulatedDevice::ipcClose(void* mapped) {
+  void* host = hostView(mapped);
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = opened_.find(host);
+  if (it == opened_.end()) return;
+  ::munmap(host, it->second);
+  opened_.erase(it);
 }
 
 Result<void*> EmulatedDevice::allocHost(size_t bytes) {
   void* p = std::aligned_alloc(4096, (std::max<size_t>(bytes, 1) + 4095) / 4096 * 4096);
   if (!p) return systemError("emulated pinned allocation failed");
   std::lock_guard<std::mutex> lock(mutex_);
-  allocations_[p] = bytes;
+  allocations_[p] = Allocation{bytes, -1};
   return p;
 }
 
 void EmulatedDevice::freeHost(void* p) {
   if (!p) return;
   std::lock_guard<std::mutex> lock(mutex_);
-  if (allocations_.erase(p)) std::free(p);
+  auto it = allocations_.find(p);
+  if (it == allocations_.end() || it->second.fd >= 0) return;
+  allocations_.erase(it);
+  std::free(p);
 }
 
 Status EmulatedDevice::copyAsync(void* dst, const void* src, size_t bytes, device::Stream stream) {
@@ -287,7 +362,7 @@ size_t EmulatedDevice::liveEvents() const {
 
 size_t EmulatedDevice::liveAllocations() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return allocations_.size();
+  return allocations_.size() + opened_.size();
 }
 
 }  // namespace loom::test

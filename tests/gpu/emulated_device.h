@@ -8,7 +8,9 @@
 // - Device memory is host memory behind a tagged address (bit 61 set, a
 //   non-canonical x86-64 address): any host code that dereferences a
 //   device pointer crashes at once instead of passing. copyAsync and the
-//   test helpers translate.
+//   test helpers translate. Each allocation is a memfd mapping, so another
+//   process can map it through its IPC handle (/proc/<pid>/fd/<fd>), as
+//   CUDA IPC maps a peer's memory.
 // - Kernels (reduceAsync) run the host kernels on the stream's worker;
 //   events are counters that the worker advances.
 // - Graph capture is a flag per stream (beginCapture / endCapture).
@@ -33,6 +35,8 @@ class EmulatedDevice final : public device::Api {
   struct Options {
     int devices = 1;
     int maxDelayUs = 1000;
+    // false: ipcOpen fails, as CUDA IPC does where containers forbid it.
+    bool ipcWorks = true;
   };
   explicit EmulatedDevice(Options options);
   EmulatedDevice() : EmulatedDevice(Options{}) {}
@@ -57,6 +61,9 @@ class EmulatedDevice final : public device::Api {
   void destroyEvent(device::Event event) override;
   Status recordEvent(device::Event event, device::Stream stream) override;
   Result<bool> eventDone(device::Event event) override;
+  Result<device::IpcHandle> ipcHandle(void* base) override;
+  Result<void*> ipcOpen(const device::IpcHandle& handle) override;
+  void ipcClose(void* mapped) override;
   Status launchHostFunc(device::Stream stream, void (*fn)(void*), void* arg) override;
   Status launchGate(device::Stream stream, const uint64_t* word, uint64_t value) override;
   Result<device::Capture> captureStatus(device::Stream stream) override;
@@ -72,7 +79,8 @@ class EmulatedDevice final : public device::Api {
   void endCapture(device::Stream stream);
   // Items (gates included) queued on `stream` and not yet finished.
   size_t pending(device::Stream stream);
-  // Allocations not yet freed (device and pinned host).
+  // Allocations not yet freed (device and pinned host) and peers' memory
+  // still mapped.
   size_t liveAllocations() const;
   // Events created and not yet destroyed.
   size_t liveEvents() const;
@@ -89,7 +97,12 @@ class EmulatedDevice final : public device::Api {
   std::unique_ptr<Queue> defaultStream_;  // the legacy default stream (nullptr)
   mutable std::mutex mutex_;
   std::map<void*, std::unique_ptr<Queue>> streams_;
-  std::map<void*, size_t> allocations_;
+  struct Allocation {
+    size_t bytes;
+    int fd;  // device memory: its memfd; pinned host memory: -1
+  };
+  std::map<void*, Allocation> allocations_;
+  std::map<void*, size_t> opened_;  // peers' memory mapped by ipcOpen
   std::map<void*, std::shared_ptr<EventState>> events_;
   std::atomic<uint64_t> reduceLaunches_{0};
   std::atomic<uint64_t> deviceCopies_{0};

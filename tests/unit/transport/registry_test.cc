@@ -73,11 +73,25 @@ TEST(Registry, EveryRefusalIsExplained) {
 
 }
 
-// Device buffers go to shared memory too: the engine stages them through
-// pinned slots, which shm moves.
-TEST(Registry, DeviceBuffersUseABackendThatMovesPinnedMemory) {
+// Device buffers: CUDA IPC first; without it (NCCL_P2P_DISABLE, or after
+// its connect failed) shared memory, through which the engine stages them
+// in pinned slots.
+TEST(Registry, DeviceBuffersTryCudaIpcThenSharedMemory) {
   std::string reasons;
-  EXPECT_EQ(choose(view(0, 7), view(1, 7, false), Selection{}, &reasons), find("shm")) << reasons;
+  Selection noP2p;
+  noP2p.p2pDisabled = true;
+  EXPECT_EQ(choose(view(0, 7, false), view(1, 7, false), noP2p, &reasons), find("shm")) << reasons;
+  EXPECT_NE(reasons.find("cudaipc: NCCL_P2P_DISABLE=1"), std::string::npos) << reasons;
+  reasons.clear();
+  EXPECT_EQ(choose(view(0, 7, false), view(1, 7, false), Selection{}, &reasons, find("cudaipc")), find("shm")) << reasons;
+  EXPECT_EQ(choose(view(0, 7, false), view(1, 7, false), Selection{}, &reasons, find("shm")), nullptr);
+  reasons.clear();
+  EXPECT_EQ(choose(view(0, 7), view(1, 7), Selection{}, &reasons), find("shm")) << reasons;
+  EXPECT_NE(reasons.find("cudaipc: the buffers are host memory"), std::string::npos) << reasons;
+#ifdef LOOM_DEVICE_HAVE_CUDA
+  reasons.clear();
+  EXPECT_EQ(choose(view(0, 7, false), view(1, 7, false), Selection{}, &reasons), find("cudaipc")) << reasons;
+#endif
 }
 
 // Both halves through the registry's interface only, then one message.

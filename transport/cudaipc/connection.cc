@@ -1,0 +1,347 @@
+#include "transport/cudaipc/connection.h"
+
+#include <sys/eventfd.h>
+
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <random>
+
+#include "transport/shm/endpoint.h"
+
+namespace loom::transport::cudaipc {
+namespace {
+
+constexpr uint32_t kPiece = 1;
+constexpr uint32_t kFree = 2;
+constexpr size_t kControlRecvs = 2 * kSlots + 2;  // control receives kept posted
+constexpr size_t kProbeBytes = 64;
+
+std::string rankName(int peer) { return "rank " + std::to_string(peer); }
+
+}  // namespace
+
+// An inbox's device memory, freed with the last reference.
+struct CudaIpcConnection::Inbox {
+  Inbox(device::Api* api, void* base) : api(api), base(base) {}
+  ~Inbox() { api->freeDevice(base); }
+  device::Api* const api;
+  void* const base;
+};
+
+namespace {
+
+// The inboxes of this process by address, for peers in the same process.
+struct LocalInboxes {
+  std::mutex mutex;
+  std::map<uint64_t, std::weak_ptr<void>> byAddress;
+};
+LocalInboxes& localInboxes() {
+  static LocalInboxes* l = new LocalInboxes;  // used by destructors of static objects too
+  return *l;
+}
+
+}  // namespace
+
+uint64_t processNonce() {
+  static const uint64_t nonce = [] {
+    std::random_device rd;
+    return (uint64_t(rd()) << 32) ^ rd() ^ 1;
+  }();
+  return nonce;
+}
+
+CudaIpcConnection::CudaIpcConnection(int peerRank, device::Api* api) : peer_(peerRank), api_(api) {}
+
+Result<std::unique_ptr<CudaIpcConnection>> CudaIpcConnection::create(int peerRank, device::Api* api,
+                                                                     size_t slotBytes) {
+  if (!api) return invalidUsage("the CUDA IPC transport needs a CUDA device");
+  slotBytes = std::max<size_t>(4096, (slotBytes + 4095) / 4096 * 4096);
+  std::unique_ptr<CudaIpcConnection> c(new CudaIpcConnection(peerRank, api));
+  c->slotBytes_ = slotBytes;
+  LOOM_ASSIGN_OR_RETURN(void* base, api->allocDevice(slotBytes * kSlots));
+  c->inbox_ = std::make_shared<Inbox>(api, base);
+  LOOM_ASSIGN_OR_RETURN(c->local_.handle, api->ipcHandle(base));
+  LOOM_ASSIGN_OR_RETURN(c->stream_, api->createStream());
+  c->local_.processNonce = processNonce();
+  c->local_.address = reinterpret_cast<uint64_t>(base);
+  {
+    std::lock_guard<std::mutex> lock(localInboxes().mutex);
+    localInboxes().byAddress[c->local_.address] = c->inbox_;
+  }
+  c->local_.slotBytes = slotBytes;
+  c->local_.slots = kSlots;
+  shm::ShmConnection::Options control;
+  control.fifoBytes = shm::kSlots * shm::kMinSlotBytes;
+  control.singleCopyMin = 0;  // small messages only: never read the peer's memory
+  LOOM_ASSIGN_OR_RETURN(c->control_, shm::ShmConnection::create(peerRank, control));
+  shm::writeEndpoint(c->control_->local(), &c->local_.control);
+  c->ready_ = net::UniqueFd(::eventfd(1, EFD_CLOEXEC));
+  if (!c->ready_) return systemError("eventfd for the CUDA IPC connection: " + errnoText(errno));
+  return c;
+}
+
+CudaIpcConnection::~CudaIpcConnection() {
+  // Copies this side queued touch both inboxes: let them finish first
+  // (they wait on nothing the peer controls).
+  if (stream_) {
+    (void)api_->synchronize(stream_);
+    api_->destroyStream(stream_);
+  }
+  for (device::Event e : allEvents_) api_->destroyEvent(e);
+  if (peerMapped_) api_->ipcClose(peerInbox_);
+  if (inbox_) {
+    std::lock_guard<std::mutex> lock(localInboxes().mutex);
+    localInboxes().byAddress.erase(local_.address);
+  }
+}
+
+Status CudaIpcConnection::attach(const Descriptor& peer) {
+  if (attached_) return internalError("CUDA IPC connection attached twice");
+  if (peer.slots != kSlots || peer.slotBytes == 0 || peer.slotBytes > (uint64_t(1) << 30) ||
+      peer.slotBytes % 4096 != 0) {
+    return remoteError(rankName(peer_) + " sent a CUDA IPC endpoint with " + std::to_string(peer.slots) +
+                       " slots of " + std::to_string(peer.slotBytes) + " bytes (different loom versions?)");
+  }
+  LOOM_ASSIGN_OR_RETURN(shm::ShmDescriptor control, shm::readEndpoint(peer.control));
+  if (peer.processNonce == processNonce()) {
+    // The same process: the inbox itself, shared.
+    {
+      std::lock_guard<std::mutex> lock(localInboxes().mutex);
+      auto it = localInboxes().byAddress.find(peer.address);
+      if (it != localInboxes().byAddress.end()) peerShared_ = std::static_pointer_cast<Inbox>(it->second.lock());
+    }
+    if (!peerShared_) return remoteError(rankName(peer_) + "'s CUDA IPC inbox is gone (it left the communicator)");
+    peerInbox_ = peerShared_->base;
+  } else {
+    auto mapped = api_->ipcOpen(peer.handle);
+    if (!mapped.isOk()) return mapped.takeStatus().addContext("mapping " + rankName(peer_) + "'s inbox");
+    peerInbox_ = mapped.value();
+    peerMapped_ = true;
+  }
+  slotBytes_ = std::min<uint64_t>(slotBytes_, peer.slotBytes);  // each side writes only what both hold
+  LOOM_TRY(probe());
+  LOOM_TRY(control_->attach(control));
+  for (size_t i = 0; i < kControlRecvs; ++i) {
+    incoming_.emplace_back();
+    LOOM_TRY(postControlRecv(incoming_.back()));
+  }
+  attached_ = true;
+  return Status::ok();
+}
+
+// Writes a probe into the peer's inbox and reads it back: proves the
+// mapping before the pair commits to it.
+Status CudaIpcConnection::probe() {
+  LOOM_ASSIGN_OR_RETURN(void* host, api_->allocHost(2 * kProbeBytes));
+  auto* bytes = static_cast<uint8_t*>(host);
+  const uint64_t seed = processNonce() ^ uint64_t(peer_) * 0x9e3779b97f4a7c15ull;
+  for (size_t i = 0; i < kProbeBytes; ++i) bytes[i] = uint8_t(seed >> (8 * (i % 8))) ^ uint8_t(i);
+  std::memset(bytes + kProbeBytes, 0, kProbeBytes);
+  Status s = api_->copyAsync(peerInbox_, bytes, kProbeBytes, stream_);
+  if (s.isOk()) s = api_->copyAsync(bytes + kProbeBytes, peerInbox_, kProbeBytes, stream_);
+  if (s.isOk()) s = api_->synchronize(stream_);
+  if (s.isOk() && std::memcmp(bytes, bytes + kProbeBytes, kProbeBytes) != 0) {
+    s = Status(Code::kCudaError, "bytes written into " + rankName(peer_) + "'s inbox read back different");
+  }
+  api_->freeHost(host);
+  return s.isOk() ? s : s.addContext("probing the CUDA IPC mapping of " + rankName(peer_) + "'s inbox");
+}
+
+Status CudaIpcConnection::fail(Status s) {
+  if (error_.isOk()) error_ = s;
+  return error_;
+}
+
+Result<device::Event> CudaIpcConnection::event() {
+  if (!freeEvents_.empty()) {
+    device::Event e = freeEvents_.back();
+    freeEvents_.pop_back();
+    return e;
+  }
+  LOOM_ASSIGN_OR_RETURN(device::Event e, api_->createEvent());
+  allEvents_.push_back(e);
+  return e;
+}
+
+Status CudaIpcConnection::queueSend(Transfer* t) {
+  if (!error_.isOk()) return error_;
+  if (!attached_) return invalidUsage("CUDA IPC connection used before attach");
+  sends_.push_back(t);
+  return Status::ok();
+}
+
+Status CudaIpcConnection::queueRecv(Transfer* t) {
+  if (!error_.isOk()) return error_;
+  if (!attached_) return invalidUsage("CUDA IPC connection used before attach");
+  recvs_.push_back(t);
+  return Status::ok();
+}
+
+Status CudaIpcConnection::postControl(const Control& c) {
+  outgoing_.emplace_back();
+  Outgoing& o = outgoing_.back();
+  o.msg = c;
+  o.t.data = &o.msg;
+  o.t.bytes = sizeof o.msg;
+  return control_->postSend(&o.t);
+}
+
+Status CudaIpcConnection::postControlRecv(Incoming& in) {
+  in.t = Transfer{};
+  in.t.data = &in.msg;
+  in.t.bytes = sizeof in.msg;
+  return control_->postRecv(&in.t);
+}
+
+// Control messages that arrived, in order: announced pieces and freed slots.
+Status CudaIpcConnection::takeControl() {
+  while (!incoming_.empty() && incoming_.front().t.done) {
+    const Control c = incoming_.front().msg;
+    incoming_.pop_front();
+    if (c.kind == kFree) {
+      if (piecesQueued_ - slotsFreed_ == 0 || c.slot != slotsFreed_ % kSlots) {
+        return remoteError(rankName(peer_) + " gave back CUDA IPC slot " + std::to_string(c.slot) +
+                           " out of turn (different loom versions or a corrupted peer?)");
+      }
+      ++slotsFreed_;
+    } else if (c.kind == kPiece) {
+      announced_.push_back(c);
+    } else {
+      return remoteError(rankName(peer_) + " sent an unknown CUDA IPC control message (kind " +
+                         std::to_string(c.kind) + ")");
+    }
+    if (!controlError_.isOk()) continue;  // the peer is gone: nothing more arrives
+    incoming_.emplace_back();
+    LOOM_TRY(postControlRecv(incoming_.back()));
+  }
+  return Status::ok();
+}
+
+// Queues copies of the next pieces into free slots of the peer's inbox and
+// announces those whose copies fired, in order.
+Status CudaIpcConnection::moveSends() {
+  while (sendQueued_ < sends_.size()) {
+    Transfer* t = sends_[sendQueued_];
+    if (t->bytes == 0) {
+      sendCopies_.push_back(Copy{nullptr, t, Control{kPiece, 0, 0, 0, 0}});
+      ++sendQueued_;
+      continue;
+    }
+    if (piecesQueued_ - slotsFreed_ >= kSlots) break;
+    const uint32_t slot = uint32_t(piecesQueued_ % kSlots);
+    const size_t n = std::min<size_t>(slotBytes_, t->bytes - sendOffset_);
+    LOOM_ASSIGN_OR_RETURN(device::Event e, event());
+    auto* dst = static_cast<std::byte*>(peerInbox_) + size_t(slot) * slotBytes_;
+    LOOM_TRY(api_->copyAsync(dst, static_cast<const std::byte*>(t->data) + sendOffset_, n, stream_));
+    LOOM_TRY(api_->recordEvent(e, stream_));
+    sendCopies_.push_back(Copy{e, t, Control{kPiece, slot, n, t->bytes, sendOffset_}});
+    ++piecesQueued_;
+    sendOffset_ += n;
+    if (sendOffset_ == t->bytes) {
+      sendOffset_ = 0;
+      ++sendQueued_;
+    }
+  }
+  while (!sendCopies_.empty()) {
+    Copy& c = sendCopies_.front();
+    if (c.event) {
+      LOOM_ASSIGN_OR_RETURN(bool fired, api_->eventDone(c.event));
+      if (!fired) break;
+      freeEvents_.push_back(c.event);
+    }
+    LOOM_TRY(postControl(c.piece));
+    ++piecesSent_;
+    Transfer* t = c.t;
+    t->progressed = c.piece.offset + c.piece.bytes;
+    sendCopies_.pop_front();
+    if (t->progressed == t->bytes) {
+      t->done = true;
+      sends_.pop_front();  // sends finish in order: it is the front
+      --sendQueued_;
+    }
+  }
+  return Status::ok();
+}
+
+// Copies announced pieces out of this side's inbox into the posted
+// receives, and gives each slot back once its copy fired.
+Status CudaIpcConnection::moveRecvs() {
+  size_t queued = 0;  // receives before this index have all their pieces queued
+  for (const Copy& c : recvCopies_)
+    if (c.piece.offset + c.piece.bytes == c.piece.total) ++queued;
+  while (!announced_.empty() && queued < recvs_.size()) {
+    Transfer* t = recvs_[queued];
+    const Control& p = announced_.front();
+    if (p.total != t->bytes) {
+      return remoteError(rankName(peer_) + " sent a " + std::to_string(p.total) + "-byte message where a " +
+                         std::to_string(t->bytes) + "-byte receive was posted (mismatched calls on the two ranks)");
+    }
+    if (p.offset != recvOffset_ || p.bytes > slotBytes_ || p.offset + p.bytes > p.total ||
+        (p.bytes > 0 && p.slot != (slotsReceived_ % kSlots))) {
+      return remoteError(rankName(peer_) + " announced a CUDA IPC piece out of order (different loom versions?)");
+    }
+    device::Event e = nullptr;
+    if (p.bytes > 0) {
+      LOOM_ASSIGN_OR_RETURN(e, event());
+      const auto* src = static_cast<const std::byte*>(inbox_->base) + size_t(p.slot) * slotBytes_;
+      LOOM_TRY(api_->copyAsync(static_cast<std::byte*>(t->data) + p.offset, src, p.bytes, stream_));
+      LOOM_TRY(api_->recordEvent(e, stream_));
+      ++slotsReceived_;
+    }
+    recvCopies_.push_back(Copy{e, t, p});
+    announced_.pop_front();
+    recvOffset_ += size_t(p.bytes);
+    if (recvOffset_ == t->bytes) {
+      recvOffset_ = 0;
+      ++queued;
+    }
+  }
+  while (!recvCopies_.empty()) {
+    Copy& c = recvCopies_.front();
+    if (c.event) {
+      LOOM_ASSIGN_OR_RETURN(bool fired, api_->eventDone(c.event));
+      if (!fired) break;
+      freeEvents_.push_back(c.event);
+      if (controlError_.isOk()) LOOM_TRY(postControl(Control{kFree, c.piece.slot, 0, 0, 0}));
+    }
+    Transfer* t = c.t;
+    t->progressed = c.piece.offset + c.piece.bytes;
+    recvCopies_.pop_front();
+    if (t->progressed == t->bytes) {
+      t->done = true;
+      recvs_.pop_front();
+    }
+  }
+  return Status::ok();
+}
+
+// The control connection keeps receives posted at all times, so a peer
+// that closes it after its last message (a normal end) makes it fail: that
+// only matters when this side still needs the peer. Pieces already
+// announced are still delivered: their bytes are in this side's inbox.
+Status CudaIpcConnection::progress() {
+  if (!error_.isOk()) return error_;
+  if (!attached_) return Status::ok();
+  if (controlError_.isOk()) controlError_ = control_->progress();
+  Status s = takeControl();
+  if (s.isOk()) s = moveRecvs();
+  if (s.isOk() && controlError_.isOk()) s = moveSends();
+  if (s.isOk() && controlError_.isOk()) controlError_ = control_->progress();
+  if (!s.isOk()) return fail(s);
+  if (!controlError_.isOk()) {
+    const bool waitingForPeer = !sends_.empty() || (!recvs_.empty() && announced_.empty() && recvCopies_.empty());
+    if (waitingForPeer) return fail(controlError_);
+  }
+  while (!outgoing_.empty() && outgoing_.front().t.done) outgoing_.pop_front();
+  return Status::ok();
+}
+
+void CudaIpcConnection::pollFds(std::vector<pollfd>* fds) const {
+  if (!error_.isOk() || !attached_) return;
+  // Queued copies end without waking any fd: have the waiter look again soon.
+  if (!sendCopies_.empty() || !recvCopies_.empty()) fds->push_back(pollfd{ready_.get(), POLLIN, 0});
+  control_->pollFds(fds);
+}
+
+}  // namespace loom::transport::cudaipc
