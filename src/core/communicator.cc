@@ -215,7 +215,10 @@ Status Communicator::initFromId(const uint8_t id[kUniqueIdBytes], int nranks, in
   self.pid = uint32_t(getpid());
   self.hostHash = topology::hostHash();
   self.mode = uint32_t(mode_);
-  if (device >= 0) self.cudaDevice = uint32_t(device);
+  if (device >= 0) {
+    self.cudaDevice = uint32_t(device);
+    LOOM_ASSIGN_OR_RETURN(self.gpuUuid, device::api()->deviceUuid(device));
+  }
   self.hostname = topology::hostName();
   Deadline deadline = Deadline::afterSeconds(options_.initTimeoutS + 15);
   Status s = bootstrap_->joinRoot(root, self, deadline, &abort_);
@@ -267,6 +270,18 @@ Status Communicator::connectPeersAtInit() {
   LOOM_INFO(log::kInit, "%s ready (%d ranks, network %s, %d channel(s), %d sockets per connection)",
             describe().c_str(), nranks_, net.isOk() ? net->c_str() : "?", options_.channels,
             options_.link.socketsPerPeer);
+  if (mode_ == Mode::kCuda) {
+    // NCCL refuses ranks that share a GPU; loom runs them (nothing on the
+    // device waits for a peer), and says so.
+    const wire::RankInfo& me = bootstrap_->peer(rank_);
+    int sharing = 0;
+    for (int r = 0; r < nranks_; ++r) {
+      const wire::RankInfo& p = bootstrap_->peer(r);
+      if (p.hostHash == me.hostHash && p.gpuUuid == me.gpuUuid) ++sharing;
+    }
+    LOOM_INFO(log::kInit, "%s on CUDA device %d (GPU %s), shared by %d rank(s) of this communicator",
+              describe().c_str(), cudaDevice_, me.gpuUuid.c_str(), sharing);
+  }
   return Status::ok();
 }
 

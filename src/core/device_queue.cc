@@ -161,6 +161,9 @@ void DeviceQueue::abort() {
 void DeviceQueue::release(uint64_t seq) { device::raiseGateWord(word_, seq); }
 
 void DeviceQueue::loop() {
+  // The kernels, copies and connections this thread makes belong to the
+  // communicator's device.
+  if (Status s = api_->setDevice(comm_->cudaDevice()); !s.isOk()) comm_->fail(s.addContext("the device progress thread"), true);
   for (;;) {
     std::shared_ptr<Job> job;
     {

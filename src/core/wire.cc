@@ -12,6 +12,7 @@ std::vector<uint8_t> encode(const RankInfo& info) {
   w.put(info.hostHash);
   w.put(info.mode);
   w.put(info.cudaDevice);
+  w.putString(std::string_view(info.gpuUuid).substr(0, kMaxUuidBytes));
   w.putString(std::string_view(info.hostname).substr(0, kMaxHostnameBytes));
   return out;
 }
@@ -26,6 +27,7 @@ Result<RankInfo> decodeRankInfo(std::span<const uint8_t> blob) {
   r.get(&info.hostHash);
   r.get(&info.mode);
   r.get(&info.cudaDevice);
+  r.getString(&info.gpuUuid, kMaxUuidBytes);
   r.getString(&info.hostname, kMaxHostnameBytes);
   LOOM_TRY(r.finish());
   return info;

@@ -67,9 +67,12 @@ struct RankInfo {
   uint64_t hostHash = 0;
   uint32_t mode = 0;                 // 0 host, 1 cuda
   uint32_t cudaDevice = UINT32_MAX;  // or UINT32_MAX
+  std::string gpuUuid;               // cuda mode: the device's UUID (hex), at most kMaxUuidBytes
   std::string hostname;              // at most kMaxHostnameBytes
 };
-constexpr uint32_t kRankInfoVersion = 1;
+// 2: gpuUuid (before the hostname).
+constexpr uint32_t kRankInfoVersion = 2;
+constexpr size_t kMaxUuidBytes = 64;
 constexpr size_t kMaxHostnameBytes = 255;
 constexpr uint32_t kMaxRankInfoBytes = 64 << 10;  // room for what later versions carry
 

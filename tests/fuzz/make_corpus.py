@@ -36,8 +36,9 @@ def hello(kind, from_rank, to_rank, channel=0, index=0, count=0, payload=0, secr
                        count, payload)
 
 
-def rank_info(addr, pid, host, host_hash=0x1234, mode=0, cuda=0xFFFFFFFF, version=1):
-    return struct.pack("<I", version) + addr + struct.pack("<IQIII", pid, host_hash, mode, cuda, len(host)) + host
+def rank_info(addr, pid, host, host_hash=0x1234, mode=0, cuda=0xFFFFFFFF, uuid=b"", version=2):
+    return (struct.pack("<I", version) + addr + struct.pack("<IQIII", pid, host_hash, mode, cuda, len(uuid)) + uuid +
+            struct.pack("<I", len(host)) + host)
 
 
 def table(*blobs):
@@ -78,7 +79,7 @@ def seeds_hello():
 
 
 def seeds_root_join():
-    def join(rank, nranks, host=b"host", payload=None, secret=SECRET, kind=KIND_JOIN, version=1):
+    def join(rank, nranks, host=b"host", payload=None, secret=SECRET, kind=KIND_JOIN, version=2):
         info = rank_info(addr_v4([10, 0, 0, rank & 255], 29500 + (rank & 1023)), 1000 + rank, host, version=version)
         return hello(kind, rank, nranks, payload=len(info) if payload is None else payload, secret=secret,
                      comm=0) + info
@@ -89,7 +90,7 @@ def seeds_root_join():
         "same_rank_twice": bytes([2]) + join(1, 2) + join(1, 2),
         "long_host": bytes([0]) + join(0, 2, host=b"A" * 255),
         "too_long_host": bytes([0]) + join(0, 2, host=b"A" * 256),
-        "other_version": bytes([0]) + join(0, 2, version=2),
+        "other_version": bytes([0]) + join(0, 2, version=3),
         "bad_payload": bytes([0]) + join(0, 2, payload=7),
         "rank_out_of_range": bytes([0]) + join(5, 5),
         "wrong_secret": bytes([0]) + join(0, 2, secret=(SECRET[0], 0)),
@@ -99,7 +100,8 @@ def seeds_root_join():
 
 def seeds_endpoints():
     info = rank_info(addr_v4([127, 0, 0, 1], 40000), 4242, b"node-a")
-    info2 = rank_info(addr_v6([0] * 15 + [1], 40001), 4243, b"node-b", mode=1, cuda=0)
+    info2 = rank_info(addr_v6([0] * 15 + [1], 40001), 4243, b"node-b", mode=1, cuda=0,
+                      uuid=b"0123456789abcdef0123456789abcdef")
     return {
         "shm": bytes([0]) + shm_endpoint(),
         "shm_other_version": bytes([0]) + shm_endpoint(version=2),

@@ -45,8 +45,16 @@ void expectOk(const std::vector<std::unique_ptr<ChildProcess>>& ranks, const std
   }
 }
 
-// The GPUs' memory is mapped between the processes (CUDA IPC).
-TEST_P(CudaModeProcesses, CollectivesOnDeviceBuffers) { expectOk(runJob(GetParam(), "collectives", 120), "cudaipc"); }
+// The GPUs' memory is mapped between the processes (CUDA IPC). Every rank
+// is on its process's emulated device 0, whose UUID is the same in each:
+// the UUIDs travel in the rank info, and the ranks see that they share one.
+TEST_P(CudaModeProcesses, CollectivesOnDeviceBuffers) {
+  const int n = GetParam();
+  auto ranks = runJob(n, "collectives", 120);
+  expectOk(ranks, "cudaipc");
+  const std::string shared = "(GPU 00000000000000000000000000000001), shared by " + std::to_string(n) + " rank(s)";
+  for (auto& k : ranks) EXPECT_NE(k->output().find(shared), std::string::npos) << k->output();
+}
 
 // NCCL_P2P_DISABLE: shared memory through pinned host slots.
 TEST_P(CudaModeProcesses, P2pDisabledUsesSharedMemory) {

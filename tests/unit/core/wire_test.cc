@@ -43,6 +43,7 @@ void expectSame(const wire::RankInfo& a, const wire::RankInfo& b) {
   EXPECT_EQ(a.hostHash, b.hostHash);
   EXPECT_EQ(a.mode, b.mode);
   EXPECT_EQ(a.cudaDevice, b.cudaDevice);
+  EXPECT_EQ(a.gpuUuid, b.gpuUuid);
   EXPECT_EQ(a.hostname, b.hostname);
 }
 
@@ -69,7 +70,9 @@ TEST(Wire, RankInfoRefusesOtherVersionsShortLongAndOversizedBlobs) {
   };
   auto other = blob;
   other[0] = uint8_t(wire::kRankInfoVersion + 1);
-  refused(other, "version 2, this build reads version 1");
+  const std::string versions = "version " + std::to_string(wire::kRankInfoVersion + 1) + ", this build reads version " +
+                               std::to_string(wire::kRankInfoVersion);
+  refused(other, versions.c_str());
   refused(std::vector<uint8_t>(blob.begin(), blob.end() - 1), "truncated");
   refused(std::vector<uint8_t>(blob.begin(), blob.begin() + 2), "truncated");
   auto trailing = blob;
