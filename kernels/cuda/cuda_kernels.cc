@@ -132,4 +132,11 @@ Status gate(const uint64_t* word, uint64_t value, void* stream) {
   return Status::ok();
 }
 
+Status gateIndirect(const uint64_t* word, const uint64_t* target, void* stream) {
+  if (int e = detail::launchGateIndirect(word, target, stream); e != cudaSuccess) {
+    return cudaFailure("gate kernel launch", cudaError_t(e));
+  }
+  return Status::ok();
+}
+
 }  // namespace loom::kernels::cuda

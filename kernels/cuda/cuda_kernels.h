@@ -42,5 +42,8 @@ Status copyToMany(void* const* dsts, int ndsts, const void* src, size_t bytes, v
 // `word` is pinned host memory mapped for the device (cudaHostAlloc with
 // cudaHostAllocMapped, same address on both sides); the host writes it.
 Status gate(const uint64_t* word, uint64_t value, void* stream);
+// The same until *word >= *target, *target read when the gate starts (both
+// pinned, mapped host memory).
+Status gateIndirect(const uint64_t* word, const uint64_t* target, void* stream);
 
 }  // namespace loom::kernels::cuda

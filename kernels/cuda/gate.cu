@@ -17,7 +17,19 @@ __global__ void gateKernel(const volatile uint64_t* word, uint64_t value) {
   while (*word < value) __nanosleep(2000);
 }
 
+// The same against a target the host writes before the gate starts (a
+// graph's gate: each replay waits for a later value).
+__global__ void gateIndirectKernel(const volatile uint64_t* word, const volatile uint64_t* target) {
+  const uint64_t value = *target;
+  while (*word < value) __nanosleep(2000);
+}
+
 }  // namespace
+
+int launchGateIndirect(const uint64_t* word, const uint64_t* target, void* stream) {
+  gateIndirectKernel<<<1, 1, 0, static_cast<cudaStream_t>(stream)>>>(word, target);
+  return int(cudaGetLastError());
+}
 
 int launchGate(const uint64_t* word, uint64_t value, void* stream) {
   gateKernel<<<1, 1, 0, static_cast<cudaStream_t>(stream)>>>(word, value);

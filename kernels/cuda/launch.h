@@ -43,5 +43,7 @@ int launchReduce(const ReduceLaunch& launch, void* stream);
 int launchCopy(const CopyLaunch& launch, void* stream);
 // One thread waiting until *word >= value (word: pinned, mapped host memory).
 int launchGate(const uint64_t* word, uint64_t value, void* stream);
+// The same until *word >= *target (read when the kernel starts).
+int launchGateIndirect(const uint64_t* word, const uint64_t* target, void* stream);
 
 }  // namespace loom::kernels::cuda::detail

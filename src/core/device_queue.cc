@@ -12,21 +12,74 @@ namespace loom::core {
 struct DeviceQueue::Job {
   CommRef pin;
   std::vector<OpDesc> ops;
-  uint64_t seq = 0;   // the gate word's value that releases it
-  int waiting = 0;    // host functions not yet run (under Signal::mutex)
-  Status failed;      // queuing it on a stream failed: record, never run
+  uint64_t* word = nullptr;  // the gate word that releases it...
+  uint64_t value = 0;        // ...once raised to this
+  int waiting = 0;           // host functions not yet run (under Signal::mutex)
+  Status failed;             // queuing it on a stream failed: record, never run
 };
 
 struct DeviceQueue::Signal {
+  explicit Signal(Communicator* comm) : comm(comm) {}
+  Communicator* const comm;  // valid while !stop (the queue is its member)
   std::mutex mutex;
   std::condition_variable cv;
   std::deque<std::shared_ptr<Job>> jobs;  // submitted, not yet running
-  uint64_t submitted = 0;
+  uint64_t submitted = 0;  // jobs, graph replays included
   uint64_t released = 0;
+  uint64_t seq = 0;        // gate values handed out on the queue's own word
+  std::vector<std::pair<uint64_t*, uint64_t>> unreleased;  // dropped by abort, released with the running job
   bool running = false;
   bool aborted = false;
   bool stop = false;
 };
+
+// A collective captured into a CUDA graph: what each replay runs. The graph
+// owns it (Api::retainWithGraph). On the stream it is a host function
+// (onReplay: sets this replay's target and queues a job) and an indirect
+// gate (waits until `word` reaches the target). The words are its own, so
+// replays stay ordered whatever else the queue runs.
+struct DeviceQueue::Replay {
+  ~Replay() {
+    // Nothing may stay gated on words that change owner.
+    device::raiseGateWord(word, base + launches);
+    device::releaseGateWord(api, word);
+    device::releaseGateWord(api, target);
+  }
+  static void onReplay(void* arg);
+
+  device::Api* api = nullptr;
+  std::weak_ptr<Signal> signal;
+  std::vector<OpDesc> ops;
+  uint64_t* word = nullptr;
+  uint64_t* target = nullptr;
+  uint64_t base = 0;
+  uint64_t launches = 0;  // only onReplay touches it (replays run one at a time on their stream)
+};
+
+void DeviceQueue::Replay::onReplay(void* arg) {
+  auto* r = static_cast<Replay*>(arg);
+  const uint64_t value = r->base + ++r->launches;
+  device::raiseGateWord(r->target, value);
+  auto signal = r->signal.lock();
+  bool queued = false;
+  if (signal) {
+    std::lock_guard<std::mutex> lock(signal->mutex);
+    if (!signal->stop && !signal->aborted && signal->comm->tryPin()) {
+      auto job = std::make_shared<Job>();
+      job->pin = CommRef::adopt(signal->comm);
+      job->ops = r->ops;
+      job->word = r->word;
+      job->value = value;
+      ++signal->submitted;
+      signal->jobs.push_back(std::move(job));
+      queued = true;
+    }
+  }
+  // A communicator that is gone (or failing) runs nothing: the replay's
+  // gate opens at once, so the graph never hangs.
+  if (queued) signal->cv.notify_all();
+  else device::raiseGateWord(r->word, value);
+}
 
 namespace {
 
@@ -54,19 +107,21 @@ Result<std::unique_ptr<DeviceQueue>> DeviceQueue::create(Communicator* comm, dev
 }
 
 DeviceQueue::DeviceQueue(Communicator* comm, device::Api* api)
-    : comm_(comm), api_(api), signal_(std::make_shared<Signal>()), scratch_(api) {}
+    : comm_(comm), api_(api), signal_(std::make_shared<Signal>(comm)), scratch_(api) {}
 
 DeviceQueue::~DeviceQueue() {
+  std::deque<std::shared_ptr<Job>> left;
   {
     std::lock_guard<std::mutex> lock(signal_->mutex);
     signal_->stop = true;
-    signal_->jobs.clear();
+    left.swap(signal_->jobs);
+    for (const auto& job : left) device::raiseGateWord(job->word, job->value);
   }
   signal_->cv.notify_all();
   if (thread_.joinable()) thread_.join();
   if (word_) {
     // Nothing may stay gated on a word that changes owner.
-    device::raiseGateWord(word_, base_ + signal_->submitted);
+    device::raiseGateWord(word_, base_ + signal_->seq);
     device::releaseGateWord(api_, word_);
   }
   if (stream_) {
@@ -80,21 +135,32 @@ Status DeviceQueue::submit(CommRef pin, std::vector<OpDesc> ops) {
   std::vector<device::Stream> streams;
   for (const OpDesc& op : ops)
     if (std::find(streams.begin(), streams.end(), op.stream) == streams.end()) streams.push_back(op.stream);
+  int capturing = 0;
   for (device::Stream s : streams) {
     LOOM_ASSIGN_OR_RETURN(device::Capture capture, api_->captureStatus(s));
-    if (capture != device::Capture::kNone) {
-      return invalidUsage("a loom operation was called on a stream that is being captured into a CUDA graph; "
-                          "loom's cuda mode cannot be captured yet: call it outside the capture");
+    if (capture == device::Capture::kInvalidated) {
+      return invalidUsage("a loom operation was called on a stream whose CUDA graph capture was invalidated "
+                          "(an earlier call in the capture failed)");
     }
+    capturing += capture == device::Capture::kActive;
+  }
+  if (capturing > 0) {
+    if (streams.size() != 1) {
+      return invalidUsage("a CUDA graph capture may hold a group of loom operations only when all of one "
+                          "communicator's operations in the group use the same stream");
+    }
+    return capture(std::move(ops), streams[0]);
   }
   auto job = std::make_shared<Job>();
   job->pin = std::move(pin);
   job->ops = std::move(ops);
+  job->word = word_;
   job->waiting = int(streams.size());
   {
     std::lock_guard<std::mutex> lock(signal_->mutex);
     if (signal_->aborted || signal_->stop) return abortedError("queuing an operation");
-    job->seq = base_ + ++signal_->submitted;
+    job->value = base_ + ++signal_->seq;
+    ++signal_->submitted;
     signal_->jobs.push_back(job);
   }
   // On each stream: the host function (ready once the stream's earlier
@@ -117,7 +183,7 @@ Status DeviceQueue::submit(CommRef pin, std::vector<OpDesc> ops) {
         ticket);
     const bool hostFunctionQueued = st.isOk();
     if (!hostFunctionQueued) delete ticket;
-    else st = api_->launchGate(s, word_, job->seq);
+    else st = api_->launchGate(s, word_, job->value);
     if (st.isOk()) continue;
     std::lock_guard<std::mutex> lock(signal_->mutex);
     if (!hostFunctionQueued) --job->waiting;  // a queued host function counts itself
@@ -126,6 +192,32 @@ Status DeviceQueue::submit(CommRef pin, std::vector<OpDesc> ops) {
   }
   signal_->cv.notify_all();
   return queued;
+}
+
+// Captured into a graph: each replay queues a job from its host function;
+// nothing runs now. The replay's object lives as long as the graph.
+Status DeviceQueue::capture(std::vector<OpDesc> ops, device::Stream stream) {
+  {
+    std::lock_guard<std::mutex> lock(signal_->mutex);
+    if (signal_->aborted || signal_->stop) return abortedError("capturing an operation");
+  }
+  auto replay = std::make_shared<Replay>();
+  replay->api = api_;
+  replay->signal = signal_;
+  replay->ops = std::move(ops);
+  LOOM_ASSIGN_OR_RETURN(replay->word, device::acquireGateWord(api_));
+  auto target = device::acquireGateWord(api_);
+  if (!target.isOk()) {
+    device::releaseGateWord(api_, replay->word);
+    return target.takeStatus();
+  }
+  replay->target = target.value();
+  // Both words only go up: start above what either holds.
+  replay->base = std::max(device::readGateWord(replay->word), device::readGateWord(replay->target));
+  device::raiseGateWord(replay->word, replay->base);
+  LOOM_TRY(api_->launchHostFunc(stream, &Replay::onReplay, replay.get()));
+  LOOM_TRY(api_->launchGateIndirect(stream, replay->word, replay->target));
+  return api_->retainWithGraph(stream, std::move(replay));
 }
 
 Status DeviceQueue::drain(double seconds) {
@@ -148,17 +240,21 @@ void DeviceQueue::abort() {
     if (signal_->aborted) return;
     signal_->aborted = true;
     dropped.swap(signal_->jobs);
+    for (const auto& job : dropped) signal_->unreleased.emplace_back(job->word, job->value);
+    signal_->released += dropped.size();
     // A running job releases everything itself once it stops: releasing
-    // it now would let its stream run while it may still copy results.
-    if (!signal_->running) {
-      release(base_ + signal_->submitted);
-      signal_->released = signal_->submitted;
-    }
+    // now would let its stream run while it may still copy results.
+    if (!signal_->running) releaseAll();
   }
   signal_->cv.notify_all();
 }  // `dropped` unpins the communicator here, outside the lock
 
-void DeviceQueue::release(uint64_t seq) { device::raiseGateWord(word_, seq); }
+// Under the mutex, after an abort: every gate value ever handed out.
+void DeviceQueue::releaseAll() {
+  device::raiseGateWord(word_, base_ + signal_->seq);
+  for (auto [word, value] : signal_->unreleased) device::raiseGateWord(word, value);
+  signal_->unreleased.clear();
+}
 
 void DeviceQueue::loop() {
   // The kernels, copies and connections this thread makes belong to the
@@ -186,13 +282,9 @@ void DeviceQueue::loop() {
     {
       std::lock_guard<std::mutex> lock(signal_->mutex);
       signal_->running = false;
-      if (signal_->aborted) {
-        release(base_ + signal_->submitted);
-        signal_->released = signal_->submitted;
-      } else {
-        release(job->seq);
-        ++signal_->released;
-      }
+      device::raiseGateWord(job->word, job->value);
+      ++signal_->released;
+      if (signal_->aborted) releaseAll();
     }
     signal_->cv.notify_all();
     job.reset();  // unpins; the communicator may be destroyed from here on

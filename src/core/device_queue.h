@@ -16,6 +16,12 @@
 // abort() does for every queued job at once: no user stream is ever left
 // waiting on loom.
 //
+// CUDA graphs: an operation called while its stream is being captured is
+// not queued; the capture gets a host function that queues it at each
+// replay and a gate on words of its own (DeviceQueue::Replay), kept alive
+// by the graph. A replay after the communicator is gone opens its gate at
+// once and runs nothing.
+//
 // Lifetime: a queued job pins its communicator (CommRef), so destroying it
 // waits for queued work; the communicator destroys its queue only when no
 // job is left, joining the thread.
@@ -60,10 +66,12 @@ class DeviceQueue {
  private:
   struct Signal;
   struct Job;
+  struct Replay;
   DeviceQueue(Communicator* comm, device::Api* api);
+  Status capture(std::vector<OpDesc> ops, device::Stream stream);
   void loop();
   Status run(Job& job);
-  void release(uint64_t seq);
+  void releaseAll();
 
   Communicator* const comm_;
   device::Api* const api_;

@@ -160,6 +160,36 @@ class CudaApi final : public Api {
     return kernels::cuda::gate(word, value, stream);
   }
 
+  Status launchGateIndirect(Stream stream, const uint64_t* word, const uint64_t* target) override {
+    return kernels::cuda::gateIndirect(word, target, stream);
+  }
+
+  Status retainWithGraph(Stream stream, std::shared_ptr<void> object) override {
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    cudaGraph_t graph = nullptr;
+    if (cudaError_t e = cudaStreamGetCaptureInfo(static_cast<cudaStream_t>(stream), &status, nullptr, &graph);
+        e != cudaSuccess) {
+      return failure("cudaStreamGetCaptureInfo", e);
+    }
+    if (status != cudaStreamCaptureStatusActive || !graph) {
+      return Status(Code::kInvalidUsage, "the stream is not being captured");
+    }
+    auto* held = new std::shared_ptr<void>(std::move(object));
+    cudaUserObject_t user = nullptr;
+    if (cudaError_t e = cudaUserObjectCreate(
+            &user, held, [](void* p) { delete static_cast<std::shared_ptr<void>*>(p); }, 1,
+            cudaUserObjectNoDestructorSync);
+        e != cudaSuccess) {
+      delete held;
+      return failure("cudaUserObjectCreate", e);
+    }
+    if (cudaError_t e = cudaGraphRetainUserObject(graph, user, 1, cudaGraphUserObjectMove); e != cudaSuccess) {
+      cudaUserObjectRelease(user, 1);
+      return failure("cudaGraphRetainUserObject", e);
+    }
+    return Status::ok();
+  }
+
   Result<Capture> captureStatus(Stream stream) override {
     cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
     if (cudaError_t e = cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &status); e != cudaSuccess) {

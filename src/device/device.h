@@ -20,6 +20,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "common/status.h"
@@ -94,8 +95,16 @@ class Api {
   // Queues a gate on `stream`: work queued after it starts only once
   // *word >= value. `word` is in allocHost memory; the host writes it.
   virtual Status launchGate(Stream stream, const uint64_t* word, uint64_t value) = 0;
+  // The same until *word >= *target, reading *target when the gate starts
+  // (a graph's gate: the host function before it sets the target of each
+  // replay). Both words in allocHost memory.
+  virtual Status launchGateIndirect(Stream stream, const uint64_t* word, const uint64_t* target) = 0;
   // Whether `stream` is being captured into a graph.
   virtual Result<Capture> captureStatus(Stream stream) = 0;
+  // Keeps `object` alive as long as the graph being captured on `stream`
+  // (and its executable instances) exist. Its destructor then runs on a
+  // thread of the runtime and must not call this table.
+  virtual Status retainWithGraph(Stream stream, std::shared_ptr<void> object) = 0;
 };
 
 // The table the engine uses: a test's, when one was installed; else CUDA's,

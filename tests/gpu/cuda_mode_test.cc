@@ -5,8 +5,8 @@
 // work runs after the stream's earlier work and before its later work,
 // groups span communicators and streams, finalize drains, abort and a
 // failed peer release every stream, errors are sticky and asynchronous,
-// device-resident scalars are read when the operation runs, and graph
-// capture is refused with a clear error.
+// device-resident scalars are read when the operation runs, and captured
+// graphs replay the collective in stream order.
 #include <gtest/gtest.h>
 #include <loom/loom.h>
 #include <nccl.h>
@@ -501,19 +501,76 @@ TEST_F(CudaMode, MemAllocGivesDeviceMemory) {
   EXPECT_EQ(ncclMemFree(bufs[0]), ncclInvalidArgument) << "a second free is refused";
 }
 
-// Not yet capturable: refused at the call, with the reason, and nothing queued.
-TEST_F(CudaMode, GraphCaptureIsRefusedClearly) {
+// Captured into a graph: nothing runs at the call; each replay runs the
+// collective again, after the work queued before it on the stream and
+// before the work after it, reading the buffers' contents of that moment.
+// Replays after the communicators are gone run nothing and never hang.
+TEST_F(CudaMode, CapturedCollectiveReplaysInStreamOrder) {
+  makeRanks(2);
+  constexpr size_t kCount = 3000;
+  constexpr int kReplays = 10;
+  std::vector<std::unique_ptr<DeviceBuffer>> in, out;
+  for (int r = 0; r < 2; ++r) {
+    in.push_back(std::make_unique<DeviceBuffer>(kCount * sizeof(float)));
+    out.push_back(std::make_unique<DeviceBuffer>(kCount * sizeof(float)));
+    std::fill_n(out.back()->host<float>(), kCount, -1.0f);
+  }
+  for (int r = 0; r < 2; ++r) emu().beginCapture(streams_[size_t(r)]);
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  for (int r = 0; r < 2; ++r)
+    ASSERT_EQ(ncclAllReduce(in[size_t(r)]->ptr, out[size_t(r)]->ptr, kCount, ncclFloat, ncclSum, comms_[size_t(r)],
+                            asCuda(streams_[size_t(r)])),
+              ncclSuccess)
+        << ncclGetLastError(comms_[size_t(r)]);
+  ASSERT_EQ(ncclGroupEnd(), ncclSuccess);
+  std::shared_ptr<EmulatedDevice::Graph> graphs[2];
+  for (int r = 0; r < 2; ++r) graphs[r] = emu().endCapture(streams_[size_t(r)]);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(out[0]->host<float>()[0], -1.0f) << "capturing must not run the collective";
+
+  std::vector<std::vector<float>> seen(2 * kReplays);
+  for (int k = 1; k <= kReplays; ++k) {
+    for (int r = 0; r < 2; ++r) {
+      float* src = in[size_t(r)]->host<float>();
+      emu().launch(streams_[size_t(r)], [src, r, k] { std::fill_n(src, kCount, float((r + 1) * k)); });
+      emu().launchGraph(*graphs[r], streams_[size_t(r)]);
+      const float* dst = out[size_t(r)]->host<float>();
+      auto* keep = &seen[size_t(2 * (k - 1) + r)];
+      emu().launch(streams_[size_t(r)], [dst, keep] { keep->assign(dst, dst + kCount); });
+    }
+  }
+  for (int r = 0; r < 2; ++r) ASSERT_TRUE(drains(streams_[size_t(r)]));
+  for (int k = 1; k <= kReplays; ++k)
+    for (int r = 0; r < 2; ++r) {
+      const auto& v = seen[size_t(2 * (k - 1) + r)];
+      ASSERT_EQ(v.size(), kCount);
+      for (size_t i = 0; i < kCount; ++i) ASSERT_EQ(v[i], float(3 * k)) << "replay " << k << " rank " << r;
+    }
+
+  for (ncclComm_t& c : comms_) {
+    ASSERT_EQ(ncclCommDestroy(c), ncclSuccess);
+    c = nullptr;
+  }
+  for (int r = 0; r < 2; ++r) emu().launchGraph(*graphs[r], streams_[size_t(r)]);
+  for (int r = 0; r < 2; ++r) EXPECT_TRUE(drains(streams_[size_t(r)])) << "a replay without its communicator hangs";
+}
+
+// A captured group must keep each communicator's calls on one stream: else
+// refused at the call, with the reason.
+TEST_F(CudaMode, CaptureAcrossStreamsIsRefusedClearly) {
   makeRanks(1);
   DeviceBuffer buf(4096);
+  Stream other = emu().createStream().value();
   emu().beginCapture(streams_[0]);
-  EXPECT_EQ(ncclAllReduce(buf.ptr, buf.ptr, 1024, ncclFloat, ncclSum, comms_[0], asCuda(streams_[0])),
-            ncclInvalidUsage);
-  EXPECT_NE(std::string(ncclGetLastError(comms_[0])).find("captured into a CUDA graph"), std::string::npos)
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  EXPECT_EQ(ncclAllReduce(buf.ptr, buf.ptr, 512, ncclFloat, ncclSum, comms_[0], asCuda(streams_[0])), ncclSuccess);
+  EXPECT_EQ(ncclAllReduce(buf.ptr, buf.ptr, 512, ncclFloat, ncclSum, comms_[0], asCuda(other)), ncclSuccess);
+  EXPECT_EQ(ncclGroupEnd(), ncclInvalidUsage);
+  EXPECT_NE(std::string(ncclGetLastError(comms_[0])).find("use the same stream"), std::string::npos)
       << ncclGetLastError(comms_[0]);
   emu().endCapture(streams_[0]);
-  EXPECT_EQ(emu().pending(streams_[0]), 0u);
-  ASSERT_EQ(ncclAllReduce(buf.ptr, buf.ptr, 1024, ncclFloat, ncclSum, comms_[0], asCuda(streams_[0])), ncclSuccess);
-  EXPECT_TRUE(drains(streams_[0]));  // before `buf` is freed
+  EXPECT_TRUE(drains(other));
+  emu().destroyStream(other);
 }
 
 // Many operations queued on several streams per rank without waiting in

@@ -49,6 +49,10 @@ struct EmulatedDevice::Queue {
   void push(std::function<void()> f) {
     {
       std::lock_guard<std::mutex> lock(mutex);
+      if (capturing) {
+        captured->items.push_back(std::move(f));
+        return;
+      }
       items.push_back(std::move(f));
       ++queued;
     }
@@ -93,6 +97,7 @@ struct EmulatedDevice::Queue {
   uint64_t queued = 0, finished = 0;
   bool stop = false;
   bool capturing = false;
+  std::shared_ptr<Graph> captured;
   std::thread worker;
 };
 
@@ -321,6 +326,25 @@ Status EmulatedDevice::launchGate(device::Stream stream, const uint64_t* word, u
   return Status::ok();
 }
 
+Status EmulatedDevice::launchGateIndirect(device::Stream stream, const uint64_t* word, const uint64_t* target) {
+  Queue* q = queueOf(stream);
+  if (!q) return invalidArgument("unknown emulated stream");
+  q->push([word, target] {
+    const uint64_t value = device::readGateWord(target);
+    while (device::readGateWord(word) < value) std::this_thread::sleep_for(std::chrono::microseconds(50));
+  });
+  return Status::ok();
+}
+
+Status EmulatedDevice::retainWithGraph(device::Stream stream, std::shared_ptr<void> object) {
+  Queue* q = queueOf(stream);
+  if (!q) return invalidArgument("unknown emulated stream");
+  std::lock_guard<std::mutex> lock(q->mutex);
+  if (!q->capturing) return Status(Code::kInvalidUsage, "the stream is not being captured");
+  q->captured->retained.push_back(std::move(object));
+  return Status::ok();
+}
+
 Result<device::Capture> EmulatedDevice::captureStatus(device::Stream stream) {
   Queue* q = queueOf(stream);
   if (!q) return invalidArgument("unknown emulated stream");
@@ -342,12 +366,19 @@ void EmulatedDevice::beginCapture(device::Stream stream) {
   Queue* q = queueOf(stream);
   std::lock_guard<std::mutex> lock(q->mutex);
   q->capturing = true;
+  q->captured = std::make_shared<Graph>();
 }
 
-void EmulatedDevice::endCapture(device::Stream stream) {
+std::shared_ptr<EmulatedDevice::Graph> EmulatedDevice::endCapture(device::Stream stream) {
   Queue* q = queueOf(stream);
   std::lock_guard<std::mutex> lock(q->mutex);
   q->capturing = false;
+  return std::move(q->captured);
+}
+
+void EmulatedDevice::launchGraph(const Graph& graph, device::Stream stream) {
+  Queue* q = queueOf(stream);
+  for (const auto& item : graph.items) q->push(item);
 }
 
 size_t EmulatedDevice::pending(device::Stream stream) {

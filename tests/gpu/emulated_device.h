@@ -13,7 +13,10 @@
 //   CUDA IPC maps a peer's memory.
 // - Kernels (reduceAsync) run the host kernels on the stream's worker;
 //   events are counters that the worker advances.
-// - Graph capture is a flag per stream (beginCapture / endCapture).
+// - Graph capture: between beginCapture and endCapture a stream records
+//   what is queued on it instead of running it; launchGraph queues the
+//   recording again, as often as asked. Objects retained with the graph
+//   live as long as the returned Graph.
 #pragma once
 
 #include <atomic>
@@ -25,6 +28,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "device/device.h"
 
@@ -66,7 +70,9 @@ class EmulatedDevice final : public device::Api {
   void ipcClose(void* mapped) override;
   Status launchHostFunc(device::Stream stream, void (*fn)(void*), void* arg) override;
   Status launchGate(device::Stream stream, const uint64_t* word, uint64_t value) override;
+  Status launchGateIndirect(device::Stream stream, const uint64_t* word, const uint64_t* target) override;
   Result<device::Capture> captureStatus(device::Stream stream) override;
+  Status retainWithGraph(device::Stream stream, std::shared_ptr<void> object) override;
 
   // ---- for the tests ----
   // Queues `work` on `stream` as a kernel would be (it may touch device
@@ -75,8 +81,13 @@ class EmulatedDevice final : public device::Api {
   // The host address behind a device pointer (identity for host pointers).
   static void* hostView(const void* p);
   static bool isDevicePointer(const void* p);
+  struct Graph {
+    std::vector<std::function<void()>> items;
+    std::vector<std::shared_ptr<void>> retained;
+  };
   void beginCapture(device::Stream stream);
-  void endCapture(device::Stream stream);
+  std::shared_ptr<Graph> endCapture(device::Stream stream);
+  void launchGraph(const Graph& graph, device::Stream stream);
   // Items (gates included) queued on `stream` and not yet finished.
   size_t pending(device::Stream stream);
   // Allocations not yet freed (device and pinned host) and peers' memory
