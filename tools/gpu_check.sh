@@ -17,7 +17,7 @@ set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${BUILD_DIR:-$root/build-gpu}"
 logs="$build/gpu-check"
-checks="${CHECKS:-build tests exports perf procs network torch pending}"
+checks="${CHECKS:-build tests exports perf procs network device torch pending}"
 mkdir -p "$logs"
 failed=0
 
@@ -69,7 +69,7 @@ fi
 if want tests && [ -f "$build/CTestTestfile.cmake" ]; then
   # The device kernels against the host reference, and cuda mode on the
   # emulated device (its CPU part) on this machine too.
-  run tests 300 ctest --test-dir "$build" --output-on-failure -j 4 -R 'CudaKernels|CudaMode'
+  run tests 300 ctest --test-dir "$build" --output-on-failure -j 4 -R 'CudaKernels|CudaMode|CudaIpc'
 fi
 
 if want exports; then
@@ -87,17 +87,31 @@ if want perf; then
 fi
 
 if want procs; then
-  # 4 ranks as processes sharing the GPU.
+  # 4 ranks as processes sharing the GPU, GPU to GPU through CUDA IPC.
   for t in float bfloat16 f8e4m3; do
-    perf "procs4-all_reduce-$t" 300 "$bin/loomrun" -n 4 --timeout 280 -- "$bin/all_reduce_perf" \
-      -b 8 -e 32M -f 8 -c 1 -d "$t" -n 5 -w 1
+    perf "procs4-all_reduce-$t" 300 env NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT "$bin/loomrun" -n 4 --timeout 280 -- \
+      "$bin/all_reduce_perf" -b 8 -e 32M -f 8 -c 1 -d "$t" -n 5 -w 1
+    grep -q "via cudaipc" "$logs/procs4-all_reduce-$t.log" ||
+      { echo "FAIL procs4-all_reduce-$t (no connection used cudaipc; log: $logs/procs4-all_reduce-$t.log)"; failed=1; }
   done
 fi
 
 if want network; then
-  # The network path: no shared memory, no GPU-to-GPU copies.
-  perf network-all_reduce 300 env NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 "$bin/loomrun" -n 2 --timeout 280 -- \
-    "$bin/all_reduce_perf" -b 8 -e 32M -f 8 -c 1 -d float -n 5 -w 1
+  # The same forced across the network path: no shared memory, no CUDA IPC
+  # (pinned host slots over TCP).
+  for t in float bfloat16 f8e4m3; do
+    perf "network4-all_reduce-$t" 300 env NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 "$bin/loomrun" -n 4 --timeout 280 -- \
+      "$bin/all_reduce_perf" -b 8 -e 8M -f 8 -c 1 -d "$t" -n 5 -w 1
+  done
+fi
+
+if want device; then
+  # Stream semantics, graphs, failures and bandwidth on the device
+  # (tools/gpu/gpu_stream_check.cc; each prints its figures in its log).
+  for mode in latency graph abort kill bench; do
+    run "device-$mode" 180 "$bin/loom_gpu_stream_check" "$mode"
+    grep -E "^$mode: " "$logs/device-$mode.log" | grep -v ": ok$" | sed 's/^/  /'
+  done
 fi
 
 if want torch; then
@@ -109,10 +123,6 @@ if want torch; then
 fi
 
 if want pending; then
-  echo "PENDING stream-latency: a call queued behind a 200 ms kernel returning in < 1 ms (no device-side check program yet)"
-  echo "PENDING graph-capture: capture is refused with an error until captured replay is built"
-  echo "PENDING kill-and-abort: kill -9 and ncclCommAbort releasing the others' streams on a real device (tested on the emulated device only)"
-  echo "PENDING kernel-bench: the CUDA reduce kernel against a 256 MiB device-to-device copy"
   echo "PENDING loom-topo: the topology tool does not exist yet (#15)"
 fi
 exit "$failed"

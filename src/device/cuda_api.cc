@@ -12,6 +12,21 @@
 namespace loom::device {
 namespace {
 
+// While another thread captures a graph in cudaStreamCaptureModeGlobal (as
+// PyTorch does), "unsafe" calls such as allocations and queries fail on
+// every thread. loom's own calls never belong to a user's capture: each
+// runs in relaxed mode for the calling thread, as NCCL's do.
+class RelaxedCapture {
+ public:
+  RelaxedCapture() { cudaThreadExchangeStreamCaptureMode(&mode_); }
+  ~RelaxedCapture() { cudaThreadExchangeStreamCaptureMode(&mode_); }
+  RelaxedCapture(const RelaxedCapture&) = delete;
+  RelaxedCapture& operator=(const RelaxedCapture&) = delete;
+
+ private:
+  cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;
+};
+
 Status failure(const char* what, cudaError_t e) {
   return Status(Code::kCudaError, std::string(what) + " failed: " + cudaGetErrorString(e));
 }
@@ -55,6 +70,7 @@ class CudaApi final : public Api {
   }
 
   Result<Stream> createStream() override {
+    RelaxedCapture relaxed;
     cudaStream_t s = nullptr;
     if (cudaError_t e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking); e != cudaSuccess) {
       return failure("cudaStreamCreateWithFlags", e);
@@ -62,9 +78,13 @@ class CudaApi final : public Api {
     return static_cast<Stream>(s);
   }
 
-  void destroyStream(Stream stream) override { cudaStreamDestroy(static_cast<cudaStream_t>(stream)); }
+  void destroyStream(Stream stream) override {
+    RelaxedCapture relaxed;
+    cudaStreamDestroy(static_cast<cudaStream_t>(stream));
+  }
 
   Status synchronize(Stream stream) override {
+    RelaxedCapture relaxed;
     if (cudaError_t e = cudaStreamSynchronize(static_cast<cudaStream_t>(stream)); e != cudaSuccess) {
       return failure("cudaStreamSynchronize", e);
     }
@@ -72,14 +92,19 @@ class CudaApi final : public Api {
   }
 
   Result<void*> allocDevice(size_t bytes) override {
+    RelaxedCapture relaxed;
     void* p = nullptr;
     if (cudaError_t e = cudaMalloc(&p, bytes); e != cudaSuccess) return failure("cudaMalloc", e);
     return p;
   }
 
-  void freeDevice(void* p) override { cudaFree(p); }
+  void freeDevice(void* p) override {
+    RelaxedCapture relaxed;
+    cudaFree(p);
+  }
 
   Result<void*> allocHost(size_t bytes) override {
+    RelaxedCapture relaxed;
     void* p = nullptr;
     if (cudaError_t e = cudaHostAlloc(&p, bytes, cudaHostAllocMapped | cudaHostAllocPortable); e != cudaSuccess) {
       return failure("cudaHostAlloc", e);
@@ -87,9 +112,13 @@ class CudaApi final : public Api {
     return p;
   }
 
-  void freeHost(void* p) override { cudaFreeHost(p); }
+  void freeHost(void* p) override {
+    RelaxedCapture relaxed;
+    cudaFreeHost(p);
+  }
 
   Status copyAsync(void* dst, const void* src, size_t bytes, Stream stream) override {
+    RelaxedCapture relaxed;
     if (cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, static_cast<cudaStream_t>(stream));
         e != cudaSuccess) {
       return failure("cudaMemcpyAsync", e);
@@ -99,10 +128,12 @@ class CudaApi final : public Api {
 
   Status reduceAsync(const kernels::Reduction& r, void* dst, const void* const* partials, int npartials,
                      const void* local, size_t count, bool applyPost, Stream stream) override {
+    RelaxedCapture relaxed;
     return kernels::cuda::reduce(r, dst, partials, npartials, local, count, applyPost, stream);
   }
 
   Result<Event> createEvent() override {
+    RelaxedCapture relaxed;
     cudaEvent_t e = nullptr;
     if (cudaError_t err = cudaEventCreateWithFlags(&e, cudaEventDisableTiming); err != cudaSuccess) {
       return failure("cudaEventCreateWithFlags", err);
@@ -110,9 +141,13 @@ class CudaApi final : public Api {
     return static_cast<Event>(e);
   }
 
-  void destroyEvent(Event event) override { cudaEventDestroy(static_cast<cudaEvent_t>(event)); }
+  void destroyEvent(Event event) override {
+    RelaxedCapture relaxed;
+    cudaEventDestroy(static_cast<cudaEvent_t>(event));
+  }
 
   Status recordEvent(Event event, Stream stream) override {
+    RelaxedCapture relaxed;
     if (cudaError_t e = cudaEventRecord(static_cast<cudaEvent_t>(event), static_cast<cudaStream_t>(stream));
         e != cudaSuccess) {
       return failure("cudaEventRecord", e);
@@ -121,6 +156,7 @@ class CudaApi final : public Api {
   }
 
   Result<bool> eventDone(Event event) override {
+    RelaxedCapture relaxed;
     switch (cudaError_t e = cudaEventQuery(static_cast<cudaEvent_t>(event))) {
       case cudaSuccess: return true;
       case cudaErrorNotReady: return false;
@@ -129,6 +165,7 @@ class CudaApi final : public Api {
   }
 
   Result<IpcHandle> ipcHandle(void* base) override {
+    RelaxedCapture relaxed;
     cudaIpcMemHandle_t h{};
     if (cudaError_t e = cudaIpcGetMemHandle(&h, base); e != cudaSuccess) return failure("cudaIpcGetMemHandle", e);
     IpcHandle out{};
@@ -138,6 +175,7 @@ class CudaApi final : public Api {
   }
 
   Result<void*> ipcOpen(const IpcHandle& handle) override {
+    RelaxedCapture relaxed;
     cudaIpcMemHandle_t h{};
     std::memcpy(&h, handle.data(), sizeof h);
     void* p = nullptr;
@@ -147,7 +185,10 @@ class CudaApi final : public Api {
     return p;
   }
 
-  void ipcClose(void* mapped) override { cudaIpcCloseMemHandle(mapped); }
+  void ipcClose(void* mapped) override {
+    RelaxedCapture relaxed;
+    cudaIpcCloseMemHandle(mapped);
+  }
 
   Status launchHostFunc(Stream stream, void (*fn)(void*), void* arg) override {
     if (cudaError_t e = cudaLaunchHostFunc(static_cast<cudaStream_t>(stream), fn, arg); e != cudaSuccess) {
