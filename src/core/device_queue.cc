@@ -97,7 +97,7 @@ Result<std::unique_ptr<DeviceQueue>> DeviceQueue::create(Communicator* comm, dev
   LOOM_ASSIGN_OR_RETURN(q->word_, device::acquireGateWord(api));
   q->base_ = device::readGateWord(q->word_);
   LOOM_ASSIGN_OR_RETURN(q->stream_, api->createStream());
-  q->context_ = DeviceContext{api, q->stream_, &q->scratch_, &q->events_};
+  q->context_ = DeviceContext{api, q->stream_, &q->pinned_, &q->onDevice_, &q->events_};
   try {
     q->thread_ = std::thread([p = q.get()] { p->loop(); });
   } catch (const std::system_error& e) {
@@ -107,7 +107,8 @@ Result<std::unique_ptr<DeviceQueue>> DeviceQueue::create(Communicator* comm, dev
 }
 
 DeviceQueue::DeviceQueue(Communicator* comm, device::Api* api)
-    : comm_(comm), api_(api), signal_(std::make_shared<Signal>(comm)), scratch_(api) {}
+    : comm_(comm), api_(api), signal_(std::make_shared<Signal>(comm)),
+      pinned_(api, Scratch::Kind::kPinned), onDevice_(api, Scratch::Kind::kDevice) {}
 
 DeviceQueue::~DeviceQueue() {
   std::deque<std::shared_ptr<Job>> left;

@@ -79,7 +79,8 @@ class DeviceQueue {
   uint64_t* word_ = nullptr;        // the gates' word (device::gateWord)
   uint64_t base_ = 0;               // its value when this queue took it
   device::Stream stream_ = nullptr;  // the engine's kernels and copies
-  Scratch scratch_;                  // pinned staging slots
+  Scratch pinned_;                   // staging slots for host transports
+  Scratch onDevice_;                 // staging slots when only device-moving ones take part
   std::vector<device::Event> events_;
   DeviceContext context_;
   std::thread thread_;

@@ -13,11 +13,13 @@ using transport::Transfer;
 Result<std::byte*> Scratch::get(size_t bytes) {
   if (bytes <= size_) return mem_;
   reset();
-  if (pinned_) {
-    auto p = pinned_->allocHost(bytes);
+  if (api_) {
+    const bool pinned = kind_ != Kind::kDevice;
+    auto p = pinned ? api_->allocHost(bytes) : api_->allocDevice(bytes);
     if (!p.isOk()) {
-      return p.takeStatus().addContext("allocating " + std::to_string(bytes) +
-                                       " bytes of pinned staging memory (lower LOOM_CHUNK_BYTES / NCCL_BUFFSIZE)");
+      return p.takeStatus().addContext("allocating " + std::to_string(bytes) + " bytes of " +
+                                       (pinned ? "pinned" : "device") +
+                                       " staging memory (lower LOOM_CHUNK_BYTES / NCCL_BUFFSIZE)");
     }
     mem_ = static_cast<std::byte*>(p.value());
   } else {
@@ -35,8 +37,9 @@ Result<std::byte*> Scratch::get(size_t bytes) {
 
 void Scratch::reset() {
   if (!mem_) return;
-  if (pinned_) pinned_->freeHost(mem_);
-  else std::free(mem_);
+  if (!api_) std::free(mem_);
+  else if (kind_ == Kind::kDevice) api_->freeDevice(mem_);
+  else api_->freeHost(mem_);
   mem_ = nullptr;
   size_ = 0;
 }
@@ -102,6 +105,9 @@ Result<std::unique_ptr<PlanRunner>> PlanRunner::create(const Plan* plan, std::ve
   }
   r->registrations_ = registrations;
   if (device) {
+    r->slotsOnDevice_ = std::all_of(r->used_.begin(), r->used_.end(),
+                                    [](Connection* c) { return c->moves(transport::MemoryType::kDevice); });
+    scratch = r->slotsOnDevice_ ? device->onDevice : device->pinned;
     while (device->events->size() < r->streams_.size()) {
       LOOM_ASSIGN_OR_RETURN(device::Event e, device->api->createEvent());
       device->events->push_back(e);
@@ -137,7 +143,8 @@ bool PlanRunner::deviceBusy() const {
 
 transport::MemoryType PlanRunner::memoryOf(const StreamState& st, const std::byte* p) const {
   if (!device_) return transport::MemoryType::kHost;
-  return inSlots(st, p) ? transport::MemoryType::kHostPinned : transport::MemoryType::kDevice;
+  if (!inSlots(st, p) || slotsOnDevice_) return transport::MemoryType::kDevice;
+  return transport::MemoryType::kHostPinned;
 }
 
 bool PlanRunner::done() const {

@@ -14,10 +14,11 @@
 // host never touches. Each step's arithmetic and copies are queued on the
 // context's stream as kernels, and the step finishes (posting its send,
 // freeing slots) only once an event after them has fired: the host decides
-// when a kernel runs, so no kernel ever waits for a peer. Staging slots are
-// pinned host memory that both the kernels and the host transports reach;
-// a connection that moves device memory (Connection::moves) is handed the
-// device pointers instead, and the others send from and receive into slots.
+// when a kernel runs, so no kernel ever waits for a peer. A connection that
+// moves device memory (Connection::moves) is handed device pointers; the
+// others send from and receive into staging slots of pinned host memory,
+// which both the kernels and the host transports reach. When every
+// connection of a plan moves device memory, its slots are device memory.
 #pragma once
 
 #include <deque>
@@ -35,12 +36,13 @@
 namespace loom::core {
 
 // Reusable staging memory, grown on demand (one per communicator: its
-// operations run one after another). Host memory, or pinned memory of a
-// device table when constructed with one.
+// operations run one after another). Host memory, or memory of a device
+// table when constructed with one: pinned host memory, or device memory.
 class Scratch {
  public:
+  enum class Kind { kHost, kPinned, kDevice };
   Scratch() = default;
-  explicit Scratch(device::Api* pinned) : pinned_(pinned) {}
+  Scratch(device::Api* api, Kind kind) : api_(api), kind_(kind) {}
   ~Scratch() { reset(); }
   Scratch(const Scratch&) = delete;
   Scratch& operator=(const Scratch&) = delete;
@@ -49,7 +51,8 @@ class Scratch {
 
  private:
   void reset();
-  device::Api* pinned_ = nullptr;
+  device::Api* api_ = nullptr;
+  Kind kind_ = Kind::kHost;
   std::byte* mem_ = nullptr;
   size_t size_ = 0;
 };
@@ -58,7 +61,10 @@ class Scratch {
 struct DeviceContext {
   device::Api* api = nullptr;
   device::Stream stream = nullptr;
-  Scratch* scratch = nullptr;  // pinned (Scratch(api))
+  // Slots: in device memory when every connection a plan uses moves device
+  // memory, else pinned host memory.
+  Scratch* pinned = nullptr;
+  Scratch* onDevice = nullptr;
   // One event per plan stream, created as needed, owned by the context's owner.
   std::vector<device::Event>* events = nullptr;
 };
@@ -72,7 +78,8 @@ class PlanRunner {
   // `reduction` is used for steps with reduce/post set and for the pre op of
   // `local` in reducing plans (`reducing` = the operation reduces). Every
   // transfer carries its region from `registrations` when there is one
-  // (null: none). Fails when the staging memory cannot be allocated.
+  // (null: none). Staging slots come from `scratch`, or with a `device`
+  // context from its scratch. Fails when they cannot be allocated.
   static Result<std::unique_ptr<PlanRunner>> create(const Plan* plan, std::vector<std::byte*> buffers,
                                                     kernels::Reduction reduction, bool reducing,
                                                     std::span<transport::Connection* const> conns,
@@ -173,6 +180,7 @@ class PlanRunner {
   std::span<transport::Connection* const> conns_;
   RegistrationCache* registrations_ = nullptr;
   const DeviceContext* device_ = nullptr;
+  bool slotsOnDevice_ = false;
   std::vector<transport::Connection*> used_;
   std::vector<StreamState> streams_;
   int failedPeer_ = -1;

@@ -159,8 +159,7 @@ class Engine {
         std::memcpy(&task.reduction.scalar, task.scalarPtr, kernels::dataTypeSize(task.reduction.type));
       }
       LOOM_ASSIGN_OR_RETURN(cr.runner, PlanRunner::create(&task.plan, task.buffers, task.reduction, task.reducing,
-                                                          comm->connections(),
-                                                          device_ ? device_->scratch : &comm->scratch(),
+                                                          comm->connections(), &comm->scratch(),
                                                           &comm->registrations(), device_));
       LOOM_TRACE(log::kColl, "%s: %s: %s", comm->describe().c_str(), task.name.c_str(),
                  dumpPlan(task.plan).c_str());

@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/settings.h"
 #include "device/device.h"
 #include "emulated_device.h"
 
@@ -280,9 +281,28 @@ TEST_F(CudaMode, EveryCollectiveOnDeviceBuffers) {
 }
 
 // The arithmetic runs as kernels on the device (the emulation counts them)
-// over many slices of pinned staging slots, with the pre- and post-steps of
+// over many slices of staging slots, with the pre- and post-steps of
 // PreMulSum and Avg, in place and out of place; every element is checked.
-TEST_F(CudaMode, KernelsReduceSliceBySlice) {
+// Twice: over CUDA IPC (device slots), and with NCCL_P2P_DISABLE=1 over
+// shared memory (pinned host slots).
+class CudaModeTransports : public CudaMode, public ::testing::WithParamInterface<bool> {
+ protected:
+  void SetUp() override {
+    CudaMode::SetUp();
+    if (GetParam()) setenv("NCCL_P2P_DISABLE", "1", 1);
+    else unsetenv("NCCL_P2P_DISABLE");
+    loom::settings::reload();
+  }
+  void TearDown() override {
+    unsetenv("NCCL_P2P_DISABLE");
+    loom::settings::reload();
+    CudaMode::TearDown();
+  }
+};
+INSTANTIATE_TEST_SUITE_P(P2p, CudaModeTransports, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& i) { return i.param ? "shm" : "cudaipc"; });
+
+TEST_P(CudaModeTransports, KernelsReduceSliceBySlice) {
   makeRanks(3);
   const int N = n();
   constexpr size_t kCount = (3 << 20) / 4 + 13;  // several slices per chunk, odd tail

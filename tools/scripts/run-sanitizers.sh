@@ -48,12 +48,12 @@ if [ "$which" = all ] || [ "$which" = tsan ]; then
   dir="${TSAN_BUILD_DIR:-$root/build-tsan}"
   configure "$dir" thread
   cmake --build "$dir" -j "$jobs" --target mp_reliability_test mp_comm_test mp_matrix_test mp_failure_test \
-    loom_cuda_mode_test
+    loom_cuda_mode_test loom_cudaipc_test
   export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$supp/tsan.txt"
   # Ranks as threads: the matrix at 2 and 3 ranks, the communicator
   # features, the reliability races, abort from another thread, and cuda
   # mode's progress threads and streams on the emulated device.
   (cd "$dir" && ctest --output-on-failure --timeout 900 -j "$jobs" \
-     -R '^(mp_reliability_test\.|mp_comm_test\.|mp_matrix_test\..*/n[23](_tcp)?$|mp_failure_test\..*AbortFromAnotherThread|loom_cuda_mode_test\.all$)')
+     -R '^(mp_reliability_test\.|mp_comm_test\.|mp_matrix_test\..*/n[23](_tcp)?$|mp_failure_test\..*AbortFromAnotherThread|loom_cuda_mode_test\.all$|loom_cudaipc_test\.all$)')
   unset TSAN_OPTIONS
 fi

@@ -272,7 +272,7 @@ Status CudaIpcConnection::moveRecvs() {
     if (c.piece.offset + c.piece.bytes == c.piece.total) ++queued;
   while (!announced_.empty() && queued < recvs_.size()) {
     Transfer* t = recvs_[queued];
-    const Control& p = announced_.front();
+    const Control p = announced_.front();
     if (p.total != t->bytes) {
       return remoteError(rankName(peer_) + " sent a " + std::to_string(p.total) + "-byte message where a " +
                          std::to_string(t->bytes) + "-byte receive was posted (mismatched calls on the two ranks)");
