@@ -1,6 +1,6 @@
 // Memory allocation and buffer registration. ncclCommRegister hands the
 // buffer to the communicator's registration cache (core/registration.h):
-// each connection that needs it registers it when a transfer first uses it.
+// each connection registers it when a transfer first uses it.
 #include <cstdint>
 #include <cstdlib>
 #include <mutex>
@@ -70,9 +70,12 @@ NCCL_API(ncclResult_t, ncclCommRegister, const ncclComm_t comm, void* buff, size
     LOOM_TRY(checkPtr(buff, "buff"));
     LOOM_TRY(checkPtr(handle, "handle"));
     if (size == 0) return loom::invalidArgument("size is 0");
-    // Host mode: host memory. Each connection registers it when a transfer
-    // first uses it (core/registration.h).
-    const uint64_t h = pinned->registrations().add(buff, size, loom::transport::MemoryType::kHost);
+    // Host memory in host mode, device memory in cuda mode. Each connection
+    // registers it when a transfer first uses it (core/registration.h); a
+    // CUDA IPC connection's peer then copies straight out of it.
+    const auto memory = pinned->mode() == loom::core::Mode::kCuda ? loom::transport::MemoryType::kDevice
+                                                                  : loom::transport::MemoryType::kHost;
+    const uint64_t h = pinned->registrations().add(buff, size, memory);
     *handle = reinterpret_cast<void*>(uintptr_t(h));
     return Status::ok();
   });

@@ -174,6 +174,31 @@ class CudaApi final : public Api {
     return out;
   }
 
+  Result<Range> addressRange(const void* p) override {
+    RelaxedCapture relaxed;
+    // A driver call (no runtime equivalent), reached through the runtime's
+    // entry point lookup: the library links no libcuda.
+    using GetRange = int (*)(unsigned long long*, size_t*, unsigned long long);
+    static GetRange getRange = [] {
+      void* fn = nullptr;
+      cudaDriverEntryPointQueryResult found{};
+      if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &fn, 12000, cudaEnableDefault, &found) !=
+              cudaSuccess ||
+          found != cudaDriverEntryPointSuccess) {
+        return GetRange(nullptr);
+      }
+      return reinterpret_cast<GetRange>(fn);
+    }();
+    if (!getRange) return Status(Code::kCudaError, "the driver has no cuMemGetAddressRange");
+    unsigned long long base = 0;
+    size_t bytes = 0;
+    if (int e = getRange(&base, &bytes, reinterpret_cast<unsigned long long>(p)); e != 0) {
+      return Status(Code::kCudaError, "cuMemGetAddressRange failed (error " + std::to_string(e) +
+                                          "): the pointer is not device memory");
+    }
+    return Range{reinterpret_cast<void*>(base), bytes};
+  }
+
   Result<void*> ipcOpen(const IpcHandle& handle) override {
     RelaxedCapture relaxed;
     cudaIpcMemHandle_t h{};

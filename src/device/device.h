@@ -86,6 +86,12 @@ class Api {
   // which maps it (not in the process that allocated it: there the pointer
   // itself is used) until ipcClose.
   virtual Result<IpcHandle> ipcHandle(void* base) = 0;
+  // The allocDevice (or cudaMalloc) allocation holding `p`: its base and size.
+  struct Range {
+    void* base;
+    size_t bytes;
+  };
+  virtual Result<Range> addressRange(const void* p) = 0;
   virtual Result<void*> ipcOpen(const IpcHandle& handle) = 0;
   virtual void ipcClose(void* mapped) = 0;
 

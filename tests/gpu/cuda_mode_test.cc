@@ -355,6 +355,56 @@ TEST_P(CudaModeTransports, KernelsReduceSliceBySlice) {
   for (int r = 0; r < N; ++r) EXPECT_EQ(ncclRedOpDestroy(premul[size_t(r)], comms_[size_t(r)]), ncclSuccess);
 }
 
+// ncclCommRegister'ed device buffers: CUDA IPC connections copy sends out
+// of them directly (transport/cudaipc); the results are the same, in place
+// too, and deregistering works while the communicator lives.
+TEST_F(CudaMode, RegisteredBuffersGiveTheSameResults) {
+  makeRanks(2);
+  constexpr size_t kCount = (3 << 20) / 4 + 7;  // several full slices and a tail
+  std::vector<std::unique_ptr<DeviceBuffer>> send, recv;
+  std::vector<void*> handles;
+  for (int r = 0; r < 2; ++r) {
+    send.push_back(std::make_unique<DeviceBuffer>(kCount * sizeof(int32_t)));
+    recv.push_back(std::make_unique<DeviceBuffer>(kCount * sizeof(int32_t)));
+    for (size_t i = 0; i < kCount; ++i) send.back()->host<int32_t>()[i] = int32_t(r * 1000003 + int(i));
+    for (auto* b : {send.back().get(), recv.back().get()}) {
+      void* h = nullptr;
+      ASSERT_EQ(ncclCommRegister(comms_[size_t(r)], b->ptr, b->bytes, &h), ncclSuccess);
+      handles.push_back(h);
+    }
+  }
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_EQ(ncclSend(send[size_t(r)]->ptr, kCount, ncclInt32, 1 - r, comms_[size_t(r)], asCuda(streams_[size_t(r)])),
+              ncclSuccess);
+    ASSERT_EQ(ncclRecv(recv[size_t(r)]->ptr, kCount, ncclInt32, 1 - r, comms_[size_t(r)], asCuda(streams_[size_t(r)])),
+              ncclSuccess);
+  }
+  ASSERT_EQ(ncclGroupEnd(), ncclSuccess);
+  for (int r = 0; r < 2; ++r) ASSERT_TRUE(drains(streams_[size_t(r)]));
+  for (int r = 0; r < 2; ++r)
+    for (size_t i = 0; i < kCount; ++i)
+      ASSERT_EQ(recv[size_t(r)]->host<int32_t>()[i], int32_t((1 - r) * 1000003 + int(i))) << "rank " << r << " at " << i;
+  // AllGather in place through the registered receive buffers.
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  for (int r = 0; r < 2; ++r) {
+    char* base = static_cast<char*>(recv[size_t(r)]->ptr);
+    const size_t half = kCount / 2;
+    std::memcpy(EmulatedDevice::hostView(base + size_t(r) * half * 4), send[size_t(r)]->host<int32_t>(), half * 4);
+    ASSERT_EQ(ncclAllGather(base + size_t(r) * half * 4, base, half, ncclInt32, comms_[size_t(r)],
+                            asCuda(streams_[size_t(r)])),
+              ncclSuccess);
+  }
+  ASSERT_EQ(ncclGroupEnd(), ncclSuccess);
+  for (int r = 0; r < 2; ++r) ASSERT_TRUE(drains(streams_[size_t(r)]));
+  for (int r = 0; r < 2; ++r)
+    for (int p = 0; p < 2; ++p)
+      for (size_t i = 0; i < kCount / 2; ++i)
+        ASSERT_EQ(recv[size_t(r)]->host<int32_t>()[size_t(p) * (kCount / 2) + i], int32_t(p * 1000003 + int(i)));
+  for (int r = 0; r < 2; ++r)
+    for (int k = 0; k < 2; ++k) EXPECT_EQ(ncclCommDeregister(comms_[size_t(r)], handles[size_t(2 * r + k)]), ncclSuccess);
+}
+
 // ncclCommFinalize returns only once the queued work has run.
 TEST_F(CudaMode, FinalizeWaitsForQueuedWork) {
   makeRanks(2);

@@ -2,7 +2,8 @@
 // halves in this process driven by one thread (ranks in other processes:
 // cuda_mode_process_test): the Connection contract on device buffers
 // (order, sizes, zero bytes, back pressure over the 8 slots, a size
-// mismatch), a peer that leaves, and a handle that cannot be mapped.
+// mismatch), registered buffers copied directly, a peer that leaves, and a
+// handle that cannot be mapped.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -14,6 +15,7 @@
 #include "common/time.h"
 #include "emulated_device.h"
 #include "transport/cudaipc/connection.h"
+#include "transport/cudaipc/endpoint.h"
 #include "transport/cudaipc/transport.h"
 
 namespace loom::transport {
@@ -30,12 +32,22 @@ struct Pair {
   std::unique_ptr<Connection> a, b;
 };
 
-Result<Pair> makePair() {
+// Through the registry's backend, as core sets it up. With `asProcesses`
+// each half takes the other for a rank of another process (the IPC handles
+// are opened: the emulated device maps them through /proc/self/fd).
+Result<Pair> makePair(bool asProcesses = false) {
   const Backend& backend = cudaipc::backend();
   Pair p;
   std::vector<uint8_t> ea, eb;
   LOOM_ASSIGN_OR_RETURN(p.a, backend.listen(1, &ea));
   LOOM_ASSIGN_OR_RETURN(p.b, backend.listen(0, &eb));
+  if (asProcesses) {
+    for (auto* blob : {&ea, &eb}) {
+      LOOM_ASSIGN_OR_RETURN(cudaipc::Descriptor d, cudaipc::readEndpoint(*blob));
+      d.processNonce ^= 1;
+      cudaipc::writeEndpoint(d, blob);
+    }
+  }
   LOOM_TRY(backend.connect(*p.a, eb));
   LOOM_TRY(backend.connect(*p.b, ea));
   return p;
@@ -78,8 +90,12 @@ class CudaIpc : public ::testing::Test {
 
 // Mixed sizes (zero, one piece, many pieces, more than all 8 slots at once)
 // in both directions, device to device, in order and intact.
-TEST_F(CudaIpc, MixedSizesArriveInOrderBothWays) {
-  auto pair = makePair();
+class CudaIpcPair : public CudaIpc, public ::testing::WithParamInterface<bool> {};
+INSTANTIATE_TEST_SUITE_P(Peers, CudaIpcPair, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& i) { return i.param ? "processes" : "threads"; });
+
+TEST_P(CudaIpcPair, MixedSizesArriveInOrderBothWays) {
+  auto pair = makePair(GetParam());
   ASSERT_TRUE(pair.isOk()) << pair.status().message();
   Pair& p = pair.value();
   EXPECT_STREQ(p.a->kind(), "cudaipc");
@@ -147,6 +163,45 @@ TEST_F(CudaIpc, PeerLeavingIsAnErrorOnlyWhileNeeded) {
   ASSERT_FALSE(st.isOk()) << "a receive from a peer that left must fail";
   EXPECT_EQ(st.code(), Code::kRemoteError);
   ASSERT_TRUE(p.b->quiesce().isOk());
+}
+
+// A send from a registered buffer of at least one slot skips the inboxes:
+// the receiver copies it directly (one copy), in order with the messages
+// around it, and the send is done only once it has.
+TEST_P(CudaIpcPair, RegisteredSendsAreCopiedDirectlyInOrder) {
+  auto pair = makePair(GetParam());
+  ASSERT_TRUE(pair.isOk()) << pair.status().message();
+  Pair& p = pair.value();
+  auto* a = static_cast<cudaipc::CudaIpcConnection*>(p.a.get());
+  DeviceBytes big(6 << 20), small(1000), bigOut(6 << 20), smallOut(1000), small2Out(1000);
+  std::mt19937 rng(3);
+  for (size_t k = 0; k < big.bytes; ++k) big.host()[k] = uint8_t(rng());
+  for (size_t k = 0; k < small.bytes; ++k) small.host()[k] = uint8_t(rng());
+  // Registered: a buffer inside a larger allocation (an offset to carry).
+  char* inside = static_cast<char*>(big.ptr) + 4096;
+  const size_t n = big.bytes - 8192;
+  auto region = p.a->registerMemory(inside, n, MemoryType::kDevice);
+  ASSERT_TRUE(region.isOk()) << region.status().message();
+  EXPECT_FALSE(p.a->registerMemory(inside, big.bytes, MemoryType::kDevice).isOk())
+      << "a region past the end of its allocation must be refused";
+  Transfer s1{small.ptr, small.bytes, MemoryType::kDevice}, s2{inside, n, MemoryType::kDevice},
+      s3{small.ptr, small.bytes, MemoryType::kDevice};
+  s2.region = region.value().get();
+  Transfer r1{smallOut.ptr, small.bytes, MemoryType::kDevice}, r2{bigOut.ptr, n, MemoryType::kDevice},
+      r3{small2Out.ptr, small.bytes, MemoryType::kDevice};
+  for (Transfer* t : {&s1, &s2, &s3}) ASSERT_TRUE(p.a->postSend(t).isOk());
+  for (Transfer* t : {&r1, &r2, &r3}) ASSERT_TRUE(p.b->postRecv(t).isOk());
+  bool orderKept = true;
+  Status st = drive(p, [&] {
+    orderKept = orderKept && (!s3.done || s2.done) && (!s2.done || r2.done);
+    return s1.done && s2.done && s3.done && r1.done && r2.done && r3.done;
+  });
+  ASSERT_TRUE(st.isOk()) << st.message();
+  EXPECT_TRUE(orderKept) << "sends must finish in order, the direct one only once received";
+  EXPECT_EQ(a->directSends(), 1u);
+  EXPECT_EQ(std::memcmp(bigOut.host(), big.host() + 4096, n), 0);
+  EXPECT_EQ(std::memcmp(smallOut.host(), small.host(), small.bytes), 0);
+  EXPECT_EQ(std::memcmp(small2Out.host(), small.host(), small.bytes), 0);
 }
 
 // A mapping that cannot be opened fails connect() (the pair then moves on

@@ -205,6 +205,20 @@ Result<device::IpcHandle> EmulatedDevice::ipcHandle(void* base) {
   return h;
 }
 
+Result<device::Api::Range> EmulatedDevice::addressRange(const void* p) {
+  const auto* host = static_cast<const char*>(hostView(p));
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = allocations_.upper_bound(const_cast<char*>(host));
+  if (isDevicePointer(p) && it != allocations_.begin()) {
+    --it;
+    const auto* base = static_cast<const char*>(it->first);
+    if (it->second.fd >= 0 && host < base + std::max<size_t>(it->second.bytes, 1)) {
+      return Range{reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(it->first) | kDeviceTag), it->second.bytes};
+    }
+  }
+  return Status(Code::kCudaError, "emulated addressRange: not device memory");
+}
+
 Result<void*> EmulatedDevice::ipcOpen(const device::IpcHandle& handle) {
   IpcFields f{};
   std::memcpy(&f, handle.data(), sizeof f);

@@ -66,6 +66,7 @@ class EmulatedDevice final : public device::Api {
   Status recordEvent(device::Event event, device::Stream stream) override;
   Result<bool> eventDone(device::Event event) override;
   Result<device::IpcHandle> ipcHandle(void* base) override;
+  Result<Range> addressRange(const void* p) override;
   Result<void*> ipcOpen(const device::IpcHandle& handle) override;
   void ipcClose(void* mapped) override;
   Status launchHostFunc(device::Stream stream, void (*fn)(void*), void* arg) override;

@@ -14,6 +14,8 @@ namespace {
 
 constexpr uint32_t kPiece = 1;
 constexpr uint32_t kFree = 2;
+constexpr uint32_t kPull = 3;
+constexpr uint32_t kPulled = 4;
 constexpr size_t kControlRecvs = 2 * kSlots + 2;  // control receives kept posted
 constexpr size_t kProbeBytes = 64;
 
@@ -27,6 +29,15 @@ struct CudaIpcConnection::Inbox {
   ~Inbox() { api->freeDevice(base); }
   device::Api* const api;
   void* const base;
+};
+
+// Registered device memory: where the peer finds it.
+class CudaIpcConnection::PeerReadable final : public Region {
+ public:
+  PeerReadable(void* base, size_t bytes, void* allocation, const device::IpcHandle& handle)
+      : Region(base, bytes, MemoryType::kDevice), allocation(allocation), handle(handle) {}
+  void* const allocation;
+  const device::IpcHandle handle;
 };
 
 namespace {
@@ -90,10 +101,24 @@ CudaIpcConnection::~CudaIpcConnection() {
   }
   for (device::Event e : allEvents_) api_->destroyEvent(e);
   if (peerMapped_) api_->ipcClose(peerInbox_);
+  for (auto& [handle, mapped] : peerBuffers_) api_->ipcClose(mapped);
   if (inbox_) {
     std::lock_guard<std::mutex> lock(localInboxes().mutex);
     localInboxes().byAddress.erase(local_.address);
   }
+}
+
+Result<std::unique_ptr<Region>> CudaIpcConnection::registerMemory(void* base, size_t bytes, MemoryType memory) {
+  if (memory != MemoryType::kDevice) return Connection::registerMemory(base, bytes, memory);
+  if (base == nullptr || bytes == 0) return invalidArgument("registering an empty buffer");
+  LOOM_ASSIGN_OR_RETURN(device::Api::Range range, api_->addressRange(base));
+  const auto* b = static_cast<const std::byte*>(base);
+  const auto* a = static_cast<const std::byte*>(range.base);
+  if (b < a || size_t(b - a) + bytes > range.bytes) {
+    return invalidArgument("the registered buffer spans more than one device allocation");
+  }
+  LOOM_ASSIGN_OR_RETURN(device::IpcHandle handle, api_->ipcHandle(range.base));
+  return std::unique_ptr<Region>(new PeerReadable(base, bytes, range.base, handle));
 }
 
 Status CudaIpcConnection::attach(const Descriptor& peer) {
@@ -205,8 +230,18 @@ Status CudaIpcConnection::takeControl() {
                            " out of turn (different loom versions or a corrupted peer?)");
       }
       ++slotsFreed_;
-    } else if (c.kind == kPiece) {
+    } else if (c.kind == kPiece || c.kind == kPull) {
       announced_.push_back(c);
+    } else if (c.kind == kPulled) {
+      if (!pulling_ || sends_.empty() || sends_.front() != pulling_ || c.bytes != pulling_->bytes) {
+        return remoteError(rankName(peer_) + " acknowledged a direct copy that was not offered "
+                           "(different loom versions or a corrupted peer?)");
+      }
+      pulling_->progressed = pulling_->bytes;
+      pulling_->done = true;
+      sends_.pop_front();
+      --sendQueued_;
+      pulling_ = nullptr;
     } else {
       return remoteError(rankName(peer_) + " sent an unknown CUDA IPC control message (kind " +
                          std::to_string(c.kind) + ")");
@@ -221,10 +256,23 @@ Status CudaIpcConnection::takeControl() {
 // Queues copies of the next pieces into free slots of the peer's inbox and
 // announces those whose copies fired, in order.
 Status CudaIpcConnection::moveSends() {
-  while (sendQueued_ < sends_.size()) {
+  while (sendQueued_ < sends_.size() && !pulling_) {
     Transfer* t = sends_[sendQueued_];
+    const auto* readable = dynamic_cast<const PeerReadable*>(t->region);
+    if (readable && sendOffset_ == 0 && t->bytes >= slotBytes_ && t->memory == MemoryType::kDevice) {
+      // Registered: the peer copies it from here (later sends wait).
+      Control c{kPull, 0, t->bytes, t->bytes, 0, 0, readable->handle};
+      c.address = peerShared_ ? reinterpret_cast<uint64_t>(t->data)
+                              : uint64_t(static_cast<const std::byte*>(t->data) -
+                                         static_cast<const std::byte*>(readable->allocation));
+      sendCopies_.push_back(Copy{nullptr, t, c});
+      pulling_ = t;
+      ++sendQueued_;
+      ++directSends_;
+      break;
+    }
     if (t->bytes == 0) {
-      sendCopies_.push_back(Copy{nullptr, t, Control{kPiece, 0, 0, 0, 0}});
+      sendCopies_.push_back(Copy{nullptr, t, Control{kPiece, 0, 0, 0, 0, 0, {}}});
       ++sendQueued_;
       continue;
     }
@@ -235,7 +283,7 @@ Status CudaIpcConnection::moveSends() {
     auto* dst = static_cast<std::byte*>(peerInbox_) + size_t(slot) * slotBytes_;
     LOOM_TRY(api_->copyAsync(dst, static_cast<const std::byte*>(t->data) + sendOffset_, n, stream_));
     LOOM_TRY(api_->recordEvent(e, stream_));
-    sendCopies_.push_back(Copy{e, t, Control{kPiece, slot, n, t->bytes, sendOffset_}});
+    sendCopies_.push_back(Copy{e, t, Control{kPiece, slot, n, t->bytes, sendOffset_, 0, {}}});
     ++piecesQueued_;
     sendOffset_ += n;
     if (sendOffset_ == t->bytes) {
@@ -251,6 +299,10 @@ Status CudaIpcConnection::moveSends() {
       freeEvents_.push_back(c.event);
     }
     LOOM_TRY(postControl(c.piece));
+    if (c.piece.kind == kPull) {  // done when the peer has copied it
+      sendCopies_.pop_front();
+      continue;
+    }
     ++piecesSent_;
     Transfer* t = c.t;
     t->progressed = c.piece.offset + c.piece.bytes;
@@ -276,6 +328,19 @@ Status CudaIpcConnection::moveRecvs() {
     if (p.total != t->bytes) {
       return remoteError(rankName(peer_) + " sent a " + std::to_string(p.total) + "-byte message where a " +
                          std::to_string(t->bytes) + "-byte receive was posted (mismatched calls on the two ranks)");
+    }
+    if (p.kind == kPull) {
+      if (recvOffset_ != 0 || p.bytes != p.total) {
+        return remoteError(rankName(peer_) + " offered a direct copy out of order (different loom versions?)");
+      }
+      LOOM_ASSIGN_OR_RETURN(const std::byte* src, pullSource(p));
+      LOOM_ASSIGN_OR_RETURN(device::Event e, event());
+      LOOM_TRY(api_->copyAsync(t->data, src, p.bytes, stream_));
+      LOOM_TRY(api_->recordEvent(e, stream_));
+      recvCopies_.push_back(Copy{e, t, p});
+      announced_.pop_front();
+      ++queued;
+      continue;
     }
     if (p.offset != recvOffset_ || p.bytes > slotBytes_ || p.offset + p.bytes > p.total ||
         (p.bytes > 0 && p.slot != (slotsReceived_ % kSlots))) {
@@ -303,7 +368,8 @@ Status CudaIpcConnection::moveRecvs() {
       LOOM_ASSIGN_OR_RETURN(bool fired, api_->eventDone(c.event));
       if (!fired) break;
       freeEvents_.push_back(c.event);
-      if (controlError_.isOk()) LOOM_TRY(postControl(Control{kFree, c.piece.slot, 0, 0, 0}));
+      const Control done{c.piece.kind == kPull ? kPulled : kFree, c.piece.slot, c.piece.bytes, 0, 0, 0, {}};
+      if (controlError_.isOk()) LOOM_TRY(postControl(done));
     }
     Transfer* t = c.t;
     t->progressed = c.piece.offset + c.piece.bytes;
@@ -320,6 +386,19 @@ Status CudaIpcConnection::moveRecvs() {
 // that closes it after its last message (a normal end) makes it fail: that
 // only matters when this side still needs the peer. Pieces already
 // announced are still delivered: their bytes are in this side's inbox.
+// Where a kPull's bytes are in this process: the address itself between
+// ranks of one process, else the peer's allocation, mapped once.
+Result<const std::byte*> CudaIpcConnection::pullSource(const Control& c) {
+  if (peerShared_) return reinterpret_cast<const std::byte*>(c.address);
+  auto it = peerBuffers_.find(c.handle);
+  if (it == peerBuffers_.end()) {
+    auto mapped = api_->ipcOpen(c.handle);
+    if (!mapped.isOk()) return mapped.takeStatus().addContext("mapping " + rankName(peer_) + "'s registered buffer");
+    it = peerBuffers_.emplace(c.handle, mapped.value()).first;
+  }
+  return static_cast<const std::byte*>(it->second) + c.address;
+}
+
 Status CudaIpcConnection::progress() {
   if (!error_.isOk()) return error_;
   if (!attached_) return Status::ok();

@@ -26,6 +26,14 @@
 // did not post is a sticky kRemoteError. Copies are queued by progress()
 // only, never waited for: the host never blocks on the device.
 //
+// Registered buffers (ncclCommRegister): a send of at least one slot from
+// device memory registered with the connection (registerMemory) skips the
+// inboxes: the sender announces where its buffer is (the allocation's IPC
+// handle and the offset, or the address between ranks of one process) and
+// the receiver copies it straight into the posted buffer, then says so; the
+// send is done at that word, and later sends wait for it (order). One copy
+// instead of two.
+//
 // Failure. The control connection carries shm's guarantees: a peer that
 // closes or dies is noticed by progress() within a bounded time (pidfd),
 // and its errors become this connection's, sticky.
@@ -42,6 +50,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -89,9 +98,12 @@ class CudaIpcConnection final : public Connection {
   void pollFds(std::vector<pollfd>* fds) const override;
   bool idle() const override { return sends_.empty() && recvs_.empty(); }
   Status quiesce() override { return api_->synchronize(stream_); }
+  // Device memory: a region the peer can read (its allocation's IPC handle).
+  Result<std::unique_ptr<Region>> registerMemory(void* base, size_t bytes, MemoryType memory) override;
 
   // Counters for tests.
   uint64_t piecesSent() const { return piecesSent_; }
+  uint64_t directSends() const { return directSends_; }
 
  protected:
   Status queueSend(Transfer* t) override;
@@ -100,12 +112,15 @@ class CudaIpcConnection final : public Connection {
  private:
   // A control message (both directions).
   struct Control {
-    uint32_t kind;  // kPiece or kFree
+    uint32_t kind;  // kPiece, kFree, kPull, kPulled
     uint32_t slot;
-    uint64_t bytes;   // of the piece
-    uint64_t total;   // of its message
-    uint64_t offset;  // of the piece in its message
+    uint64_t bytes;    // of the piece
+    uint64_t total;    // of its message
+    uint64_t offset;   // of the piece in its message
+    uint64_t address;  // kPull: the buffer's address (same process) or offset in its allocation
+    device::IpcHandle handle;  // kPull: the allocation's
   };
+  class PeerReadable;
   struct Outgoing {
     Control msg;
     Transfer t;
@@ -124,6 +139,7 @@ class CudaIpcConnection final : public Connection {
   CudaIpcConnection(int peerRank, device::Api* api);
   Status fail(Status s);
   Status postControl(const Control& c);
+  Result<const std::byte*> pullSource(const Control& c);
   Status postControlRecv(Incoming& in);
   Status takeControl();
   Status moveSends();
@@ -159,7 +175,10 @@ class CudaIpcConnection final : public Connection {
   size_t recvOffset_ = 0;        // bytes of the first receive not fully queued
   std::deque<Outgoing> outgoing_;  // control sends in flight
   std::deque<Incoming> incoming_;  // control receives posted
+  Transfer* pulling_ = nullptr;  // a send the peer is copying from (kPull), until kPulled
+  std::map<device::IpcHandle, void*> peerBuffers_;  // the peer's registered allocations, mapped
   uint64_t piecesSent_ = 0;
+  uint64_t directSends_ = 0;
   Status controlError_;  // the control connection failed (the peer closed or died)
   Status error_;         // sticky
 };
