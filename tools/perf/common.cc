@@ -74,6 +74,7 @@ class PerfRun {
   RunState state_;
   RunContext ctx_{};
   std::vector<std::unique_ptr<RankSlot>> slots_;
+  bool sharedDevices_ = false;  // more ranks than GPUs: they share
   int64_t freeBeforeInit_ = -1;
   int64_t freeAfterInit_ = -1;
 };
@@ -90,16 +91,15 @@ Status PerfRun::reportFailure(const Status& status, int exitCode) {
 Status PerfRun::setupSlots() {
   const int local = options_.nThreads * options_.nGpus;
   const int firstDevice = env_.firstDevice.value_or(env_.localRank * local);
-  if (backend_->isDevice() && firstDevice + local > backend_->deviceCount()) {
-    std::fprintf(stderr, "Invalid number of GPUs: %d requested but only %d were found.\n", firstDevice + local,
-                 backend_->deviceCount());
-    std::fprintf(stderr, "Please check the number of processes and GPUs per process.\n");
-    return invalidUsage("not enough CUDA devices");
-  }
+  const int devices = backend_->isDevice() ? backend_->deviceCount() : 0;
+  if (backend_->isDevice() && devices == 0) return invalidUsage("no CUDA device");
+  // nccl-tests gives each rank of a host its own GPU and stops when there
+  // are too few; loom lets ranks share one, so the devices wrap around.
+  sharedDevices_ = backend_->isDevice() && firstDevice + local > devices;
   for (int i = 0; i < local; ++i) {
     auto slot = std::make_unique<RankSlot>();
     slot->rank = env_.procRank * local + i;
-    slot->device = backend_->isDevice() ? firstDevice + i : -1;
+    slot->device = backend_->isDevice() ? (firstDevice + i) % devices : -1;
     LOOM_TRY(backend_->setDevice(slot->device));
     LOOM_ASSIGN_OR_RETURN(slot->stream, backend_->createStream(options_.streamNull));
     slots_.push_back(std::move(slot));
@@ -174,6 +174,7 @@ std::string PerfRun::headerText() {
   if (options_.memoryReport && !backend_->isDevice()) {
     text += "# note: -M 1: host buffers use no device memory; no memory report\n";
   }
+  if (sharedDevices_) text += "# note: more ranks than GPUs on this host: ranks share GPUs (loom allows it)\n";
   text += "# Using devices\n";
   if (env_.nProcs == 1) {  // several processes exchange their lines once connected
     for (const auto& slot : slots_) {
