@@ -102,7 +102,7 @@ TEST_F(ProcessTest, DeviceHostAndAutoAgree) {
   const std::string secret = freshSecret();
   const std::string commId = "NCCL_COMM_ID=127.0.0.1:" + std::to_string(port);
   spawn({"init", "rank=0", "nranks=2"}, {commId, "LOOM_COMM_SECRET=" + secret, "LOOM_DEVICE=host"});
-  spawn({"init", "rank=1", "nranks=2"}, {commId, "LOOM_COMM_SECRET=" + secret});
+  spawn({"init", "rank=1", "nranks=2"}, {commId, "LOOM_COMM_SECRET=" + secret, "LOOM_DEVICE=auto"});
   expectAllSucceed(60);
 }
 

@@ -17,6 +17,9 @@ jobs="$(nproc)"
 supp="$root/tools/scripts/sanitizer-suppressions"
 "$root/tools/scripts/install-deps.sh" --clang
 
+# Host buffers, as in run-tests.sh (auto would mean cuda on a GPU machine).
+export LOOM_DEVICE=host
+
 configure() {  # dir sanitizer
   # Clang: the instrumented build compiles in about 60% of g++'s time (the
   # normal build stays on g++, so both compilers check the code).

@@ -6,4 +6,9 @@ root="$(cd "$(dirname "$0")/../.." && pwd)"
 build="${BUILD_DIR:-$root/build}"
 "$root/tools/scripts/build.sh" "$@"
 cd "$build"
+# These tiers test host buffers. On a GPU machine LOOM_DEVICE=auto would
+# mean cuda mode, so host mode is asked for; the cuda-mode tests choose
+# their mode themselves (loomSetBufferMode), and tools/gpu_check.sh runs
+# the device checks.
+export LOOM_DEVICE=host
 ctest --output-on-failure --timeout 900 -j "$(nproc)"
