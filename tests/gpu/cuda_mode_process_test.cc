@@ -61,6 +61,11 @@ TEST_P(CudaModeProcesses, P2pDisabledUsesSharedMemory) {
   expectOk(runJob(GetParam(), "collectives", 120, {"NCCL_P2P_DISABLE=1"}), "shm");
 }
 
+// The network path: no CUDA IPC, no shared memory; pinned host slots over TCP.
+TEST_P(CudaModeProcesses, NetworkPathUsesTcp) {
+  expectOk(runJob(GetParam(), "collectives", 120, {"NCCL_P2P_DISABLE=1", "NCCL_SHM_DISABLE=1"}), "tcp");
+}
+
 // Where CUDA IPC cannot map a peer's memory, the pair falls back to shared
 // memory, logged, and the results are the same.
 TEST_P(CudaModeProcesses, IpcThatFailsFallsBackToSharedMemory) {
