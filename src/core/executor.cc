@@ -47,7 +47,13 @@ void Scratch::reset() {
 void PlanRunner::ReduceSink::consume(size_t offset, const void* bytes, size_t n) {
   const void* partials[1] = {bytes};
   const size_t count = n / std::max<size_t>(1, kernels::dataTypeSize(reduction->type));
-  kernels::reduce(*reduction, dst + offset, partials, 1, local ? local + offset : nullptr, count, post);
+  if (!device) {
+    kernels::reduce(*reduction, dst + offset, partials, 1, local ? local + offset : nullptr, count, post);
+    return;
+  }
+  Status s = device->api->reduceAsync(*reduction, dst + offset, partials, 1, local ? local + offset : nullptr, count,
+                                      post, device->stream);
+  if (error.isOk()) error = s;
 }
 
 namespace {
@@ -265,7 +271,9 @@ bool PlanRunner::startStep(const Step& step, StreamState& st, Status* error) {
   st.recv.data = target;
   st.recv.bytes = step.bytes;
   st.recv.memory = memoryOf(st, target);
-  if (step.reduce && !device_) {
+  // On a device only a connection that moves device memory can hand over
+  // its own memory (the kernels must reach it).
+  if (step.reduce && (!device_ || c->moves(transport::MemoryType::kDevice))) {
     // The step's reduction, run by the transport straight from its own
     // memory when it can, else by compute() from the staging slot. Offered
     // only when the output is not still being sent.
@@ -273,7 +281,12 @@ bool PlanRunner::startStep(const Step& step, StreamState& st, Status* error) {
     st.sink.dst = step.out.valid() ? ptr(step.out) : target;
     st.sink.local = step.local.valid() ? ptr(step.local) : nullptr;
     st.sink.post = step.post;
-    if (!step.out.valid() || !writeBlocked(st.sink.dst, step.bytes)) st.recv.sink = &st.sink;
+    st.sink.device = device_;
+    st.sink.error = Status::ok();
+    if (!step.out.valid() || !writeBlocked(st.sink.dst, step.bytes)) {
+      st.recv.sink = &st.sink;
+      st.recv.hold = device_ != nullptr;
+    }
   }
   *error = attachRegion(*c, st.recv);
   if (error->isOk()) *error = c->postRecv(&st.recv);
@@ -373,8 +386,10 @@ Status PlanRunner::computeOnDevice(const Step& step, StreamState& st) {
     ++slotsNeeded;
   }
   if (stageSend && !resultInSlot) ++slotsNeeded;
-  if (dst && writeBlocked(dst, step.bytes)) return kBlocked;
+  const bool sunk = step.recvPeer >= 0 && step.reduce && st.recv.sunk;  // the kernels are queued already
+  if (dst && !sunk && writeBlocked(dst, step.bytes)) return kBlocked;
   if (__builtin_popcount(st.freeSlots) < slotsNeeded) return kBlocked;
+  if (sunk) LOOM_TRY(st.sink.error);
 
   bool launched = false;
   auto reduceInto = [&](std::byte* out, const std::byte* partial, const std::byte* local) -> Status {
@@ -391,7 +406,8 @@ Status PlanRunner::computeOnDevice(const Step& step, StreamState& st) {
   if (step.recvPeer >= 0) {
     if (step.reduce) {
       std::byte* out = dst ? dst : in;
-      LOOM_TRY(reduceInto(out, in, step.local.valid() ? ptr(step.local) : nullptr));
+      if (sunk) launched = true;  // wait for the kernels consume() queued
+      else LOOM_TRY(reduceInto(out, in, step.local.valid() ? ptr(step.local) : nullptr));
       result = out;
       if (dst) freeAfter = st.recvSlot;
       else hold = st.recvSlot;
@@ -434,6 +450,14 @@ Status PlanRunner::computeOnDevice(const Step& step, StreamState& st) {
 
 // Posts the computed result (kFinish) and frees what the step no longer needs.
 Status PlanRunner::finish(const Step& step, StreamState& st) {
+  if (st.recv.hold) {  // the kernels that read the transport's memory are done
+    st.recv.hold = false;
+    Status s = conn(st, step.recvPeer)->release(&st.recv);
+    if (!s.isOk()) {
+      failedPeer_ = step.recvPeer;
+      return s;
+    }
+  }
   if (st.freeAfter >= 0) st.freeSlots |= 1u << st.freeAfter;
   st.freeAfter = -1;
   const int hold = st.hold;

@@ -121,6 +121,10 @@ class PlanRunner {
   // The reduction of a receiving step into its result: run piece by piece by
   // a transport that hands over its own memory (Transfer::sink), else once
   // by compute() on the staging slot.
+  // On a device the pieces are in a device-moving transport's memory (a
+  // CUDA IPC inbox): consume() queues the reduction kernel, and the
+  // transport holds the pieces (Transfer::hold) until finish() releases
+  // them, after the step's event fired.
   class ReduceSink final : public transport::Sink {
    public:
     void consume(size_t offset, const void* bytes, size_t n) override;
@@ -128,6 +132,8 @@ class PlanRunner {
     std::byte* dst = nullptr;
     const std::byte* local = nullptr;  // may be null
     bool post = false;
+    const DeviceContext* device = nullptr;
+    Status error;  // a kernel launch that failed (device)
   };
   struct PendingSend {
     transport::Transfer xfer;

@@ -2,8 +2,8 @@
 // halves in this process driven by one thread (ranks in other processes:
 // cuda_mode_process_test): the Connection contract on device buffers
 // (order, sizes, zero bytes, back pressure over the 8 slots, a size
-// mismatch), registered buffers copied directly, a peer that leaves, and a
-// handle that cannot be mapped.
+// mismatch), registered buffers copied directly, pieces handed to a
+// holding sink, a peer that leaves, and a handle that cannot be mapped.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -202,6 +202,68 @@ TEST_P(CudaIpcPair, RegisteredSendsAreCopiedDirectlyInOrder) {
   EXPECT_EQ(std::memcmp(bigOut.host(), big.host() + 4096, n), 0);
   EXPECT_EQ(std::memcmp(smallOut.host(), small.host(), small.bytes), 0);
   EXPECT_EQ(std::memcmp(small2Out.host(), small.host(), small.bytes), 0);
+}
+
+// A receive with a holding sink is handed each piece where it lies in the
+// inbox (no copy); its slot goes back only at release(), so a sender that
+// filled all 8 slots waits until the sink's consumer is done.
+TEST_F(CudaIpc, HeldSinkPiecesKeepTheirSlotsUntilReleased) {
+  auto pair = makePair();
+  ASSERT_TRUE(pair.isOk()) << pair.status().message();
+  Pair& p = pair.value();
+  auto* b = static_cast<cudaipc::CudaIpcConnection*>(p.b.get());
+  constexpr int kMessages = 12;
+  const size_t n = 512 << 10;  // one slot each (NCCL_BUFFSIZE / 8)
+  struct Copier final : Sink {
+    void consume(size_t offset, const void* bytes, size_t count) override {
+      std::memcpy(static_cast<uint8_t*>(EmulatedDevice::hostView(dst)) + offset, EmulatedDevice::hostView(bytes), count);
+      ++pieces;
+    }
+    void* dst = nullptr;
+    int pieces = 0;
+  };
+  std::vector<std::unique_ptr<DeviceBytes>> src, dst;
+  std::vector<Copier> sinks(kMessages);
+  std::vector<Transfer> sends(kMessages), recvs(kMessages);
+  for (int i = 0; i < kMessages; ++i) {
+    src.push_back(std::make_unique<DeviceBytes>(n));
+    dst.push_back(std::make_unique<DeviceBytes>(n));
+    std::memset(src.back()->host(), 'a' + i, n);
+    sinks[size_t(i)].dst = dst.back()->ptr;
+    sends[size_t(i)] = Transfer{src.back()->ptr, n, MemoryType::kDevice};
+    recvs[size_t(i)] = Transfer{dst.back()->ptr, n, MemoryType::kDevice};
+    recvs[size_t(i)].sink = &sinks[size_t(i)];
+    recvs[size_t(i)].hold = true;
+    ASSERT_TRUE(p.a->postSend(&sends[size_t(i)]).isOk());
+    ASSERT_TRUE(p.b->postRecv(&recvs[size_t(i)]).isOk());
+  }
+  auto doneCount = [&] {
+    int k = 0;
+    for (const Transfer& r : recvs) k += r.done;
+    return k;
+  };
+  ASSERT_TRUE(drive(p, [&] { return doneCount() == int(cudaipc::kSlots); }).isOk());
+  for (int i = 0; i < 200; ++i) {
+    ASSERT_TRUE(p.a->progress().isOk());
+    ASSERT_TRUE(p.b->progress().isOk());
+  }
+  EXPECT_EQ(doneCount(), int(cudaipc::kSlots)) << "held slots must not be reused before release";
+  for (int i = 0; i < kMessages; ++i) {
+    Status st = drive(p, [&] { return recvs[size_t(i)].done; });
+    ASSERT_TRUE(st.isOk()) << st.message();
+    EXPECT_TRUE(recvs[size_t(i)].sunk);
+    ASSERT_TRUE(p.b->release(&recvs[size_t(i)]).isOk());
+  }
+  ASSERT_TRUE(drive(p, [&] {
+    for (const Transfer& s : sends)
+      if (!s.done) return false;
+    return p.b->idle();
+  }).isOk());
+  EXPECT_EQ(b->piecesSunk(), uint64_t(kMessages));
+  for (int i = 0; i < kMessages; ++i) {
+    EXPECT_EQ(sinks[size_t(i)].pieces, 1);
+    EXPECT_EQ(std::memcmp(src[size_t(i)]->host(), dst[size_t(i)]->host(), n), 0) << "message " << i;
+  }
 }
 
 // A mapping that cannot be opened fails connect() (the pair then moves on

@@ -334,10 +334,14 @@ Status CudaIpcConnection::moveRecvs() {
         return remoteError(rankName(peer_) + " offered a direct copy out of order (different loom versions?)");
       }
       LOOM_ASSIGN_OR_RETURN(const std::byte* src, pullSource(p));
-      LOOM_ASSIGN_OR_RETURN(device::Event e, event());
-      LOOM_TRY(api_->copyAsync(t->data, src, p.bytes, stream_));
-      LOOM_TRY(api_->recordEvent(e, stream_));
-      recvCopies_.push_back(Copy{e, t, p});
+      if (t->sink && t->hold) {
+        sinkPiece(t, p, src);
+      } else {
+        LOOM_ASSIGN_OR_RETURN(device::Event e, event());
+        LOOM_TRY(api_->copyAsync(t->data, src, p.bytes, stream_));
+        LOOM_TRY(api_->recordEvent(e, stream_));
+        recvCopies_.push_back(Copy{e, t, p});
+      }
       announced_.pop_front();
       ++queued;
       continue;
@@ -347,14 +351,19 @@ Status CudaIpcConnection::moveRecvs() {
       return remoteError(rankName(peer_) + " announced a CUDA IPC piece out of order (different loom versions?)");
     }
     device::Event e = nullptr;
-    if (p.bytes > 0) {
-      LOOM_ASSIGN_OR_RETURN(e, event());
-      const auto* src = static_cast<const std::byte*>(inbox_->base) + size_t(p.slot) * slotBytes_;
-      LOOM_TRY(api_->copyAsync(static_cast<std::byte*>(t->data) + p.offset, src, p.bytes, stream_));
-      LOOM_TRY(api_->recordEvent(e, stream_));
+    const auto* src = static_cast<const std::byte*>(inbox_->base) + size_t(p.slot) * slotBytes_;
+    if (p.bytes > 0 && t->sink && t->hold) {
+      sinkPiece(t, p, src);
       ++slotsReceived_;
+    } else {
+      if (p.bytes > 0) {
+        LOOM_ASSIGN_OR_RETURN(e, event());
+        LOOM_TRY(api_->copyAsync(static_cast<std::byte*>(t->data) + p.offset, src, p.bytes, stream_));
+        LOOM_TRY(api_->recordEvent(e, stream_));
+        ++slotsReceived_;
+      }
+      recvCopies_.push_back(Copy{e, t, p});
     }
-    recvCopies_.push_back(Copy{e, t, p});
     announced_.pop_front();
     recvOffset_ += size_t(p.bytes);
     if (recvOffset_ == t->bytes) {
@@ -362,22 +371,53 @@ Status CudaIpcConnection::moveRecvs() {
       ++queued;
     }
   }
+  // In order: slots go back to the peer in the order it filled them.
   while (!recvCopies_.empty()) {
     Copy& c = recvCopies_.front();
+    if (c.held && !c.released) break;
     if (c.event) {
       LOOM_ASSIGN_OR_RETURN(bool fired, api_->eventDone(c.event));
       if (!fired) break;
       freeEvents_.push_back(c.event);
+    }
+    if (c.event || c.held) {
       const Control done{c.piece.kind == kPull ? kPulled : kFree, c.piece.slot, c.piece.bytes, 0, 0, 0, {}};
       if (controlError_.isOk()) LOOM_TRY(postControl(done));
     }
     Transfer* t = c.t;
-    t->progressed = c.piece.offset + c.piece.bytes;
-    recvCopies_.pop_front();
-    if (t->progressed == t->bytes) {
-      t->done = true;
+    const bool last = c.piece.offset + c.piece.bytes == c.piece.total;
+    const bool held = c.held;
+    if (!held) t->progressed = c.piece.offset + c.piece.bytes;
+    recvCopies_.pop_front();  // `c` is gone from here on
+    if (last) {
+      // A held receive was done when its last piece was handed over; its
+      // Transfer may already carry the caller's next receive.
+      if (!held) t->done = true;
       recvs_.pop_front();
     }
+  }
+  return Status::ok();
+}
+
+// Hands a piece to the receive's sink where it lies; its slot stays taken
+// until release(t). The receive is done once all its pieces were handed.
+void CudaIpcConnection::sinkPiece(Transfer* t, const Control& p, const std::byte* where) {
+  t->sink->consume(size_t(p.offset), where, size_t(p.bytes));
+  t->sunk = true;
+  t->progressed = p.offset + p.bytes;
+  if (t->progressed == t->bytes) t->done = true;
+  Copy c{nullptr, t, p};
+  c.held = true;
+  recvCopies_.push_back(c);
+  ++piecesSunk_;
+}
+
+Status CudaIpcConnection::release(Transfer* t) {
+  // The oldest held message of `t` (its Transfer may be reused later).
+  for (Copy& c : recvCopies_) {
+    if (c.t != t || !c.held || c.released) continue;
+    c.released = true;
+    if (c.piece.offset + c.piece.bytes == c.piece.total) break;
   }
   return Status::ok();
 }

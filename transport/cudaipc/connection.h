@@ -34,6 +34,11 @@
 // send is done at that word, and later sends wait for it (order). One copy
 // instead of two.
 //
+// Sinks (Transfer::sink with hold): a receive that reduces hands each piece
+// to the sink where it lies, in the inbox (or in the peer's registered
+// buffer), and gives the slot back only at release(): the reduction kernel
+// reads the peer's bytes without a copy first.
+//
 // Failure. The control connection carries shm's guarantees: a peer that
 // closes or dies is noticed by progress() within a bounded time (pidfd),
 // and its errors become this connection's, sticky.
@@ -98,12 +103,16 @@ class CudaIpcConnection final : public Connection {
   void pollFds(std::vector<pollfd>* fds) const override;
   bool idle() const override { return sends_.empty() && recvs_.empty(); }
   Status quiesce() override { return api_->synchronize(stream_); }
+  // The sink's kernels are done with the pieces of `t`: their slots (or the
+  // peer's registered buffer) go back to the peer, in order.
+  Status release(Transfer* t) override;
   // Device memory: a region the peer can read (its allocation's IPC handle).
   Result<std::unique_ptr<Region>> registerMemory(void* base, size_t bytes, MemoryType memory) override;
 
   // Counters for tests.
   uint64_t piecesSent() const { return piecesSent_; }
   uint64_t directSends() const { return directSends_; }
+  uint64_t piecesSunk() const { return piecesSunk_; }
 
  protected:
   Status queueSend(Transfer* t) override;
@@ -129,10 +138,12 @@ class CudaIpcConnection final : public Connection {
     Control msg;
     Transfer t;
   };
-  struct Copy {  // a queued device copy and what its end means
+  struct Copy {  // a queued device copy (or a piece handed to a sink) and what its end means
     device::Event event;
     Transfer* t;  // the send or receive it belongs to
     Control piece;
+    bool held = false;      // handed to t's sink: the slot waits for release(t)
+    bool released = false;
   };
 
   struct Inbox;
@@ -140,6 +151,7 @@ class CudaIpcConnection final : public Connection {
   Status fail(Status s);
   Status postControl(const Control& c);
   Result<const std::byte*> pullSource(const Control& c);
+  void sinkPiece(Transfer* t, const Control& p, const std::byte* where);
   Status postControlRecv(Incoming& in);
   Status takeControl();
   Status moveSends();
@@ -179,6 +191,7 @@ class CudaIpcConnection final : public Connection {
   std::map<device::IpcHandle, void*> peerBuffers_;  // the peer's registered allocations, mapped
   uint64_t piecesSent_ = 0;
   uint64_t directSends_ = 0;
+  uint64_t piecesSunk_ = 0;
   Status controlError_;  // the control connection failed (the peer closed or died)
   Status error_;         // sticky
 };
