@@ -5,6 +5,8 @@
 #include "api/api.h"
 #include "common/log.h"
 #include "core/group.h"
+#include "core/mode.h"
+#include "device/device.h"
 
 using loom::Status;
 using loom::core::CommOptions;
@@ -43,10 +45,20 @@ Status checkInitArgs(ncclComm_t* comm, int nranks, int rank) {
   return checkRank(rank, nranks, "rank");
 }
 
+// The device a cuda-mode communicator binds: the calling thread's current
+// one, read now (a grouped or non-blocking init runs on another thread).
+// Host mode, or no device: left to the init, which reports it.
+void chooseDevice(CommOptions* options) {
+  if (options->cudaDevice >= 0) return;
+  auto mode = core::resolveMode(options->device);
+  if (!mode.isOk() || mode.value() != core::Mode::kCuda) return;
+  if (auto current = device::api()->currentDevice(); current.isOk()) options->cudaDevice = current.value();
+}
+
 // Creates the handle and runs (or queues, inside a group) its init.
-Status startInit(ncclComm_t* out, const CommOptions& options,
-                 std::function<Status(Communicator*)> init) {
+Status startInit(ncclComm_t* out, CommOptions options, std::function<Status(Communicator*)> init) {
   LOOM_TRY(options.link.selection.network().status());  // NCCL_NET names one that cannot be used
+  chooseDevice(&options);
   auto handle = std::make_unique<ncclComm>();
   handle->impl = std::make_unique<Communicator>(options);
   Communicator* c = handle->impl.get();
@@ -168,9 +180,13 @@ NCCL_API(ncclResult_t, ncclCommInitAll, ncclComm_t* comm, int ndev, const int* d
     LOOM_TRY(loom::core::getUniqueId(reinterpret_cast<uint8_t*>(id.internal)));
     std::vector<ncclComm_t> comms(size_t(ndev), nullptr);
     LOOM_TRY(loom::core::groupStart());
+    // Rank i on devlist[i], or on device i (wrapping around when there are
+    // fewer GPUs: loom lets ranks share one).
+    const int devices = device::api() ? device::api()->deviceCount() : 0;
     for (int i = 0; i < ndev; ++i) {
       CommOptions options = CommOptions::fromSettings();
       options.blocking = true;
+      if (devices > 0) options.cudaDevice = devlist ? devlist[i] : i % devices;
       Status s = startInit(&comms[size_t(i)], options, [id, ndev, i](Communicator* c) {
         return c->initFromId(reinterpret_cast<const uint8_t*>(id.internal), ndev, i);
       });

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <optional>
 #include <cstring>
 
 #include "common/log.h"
@@ -207,8 +208,14 @@ Status Communicator::initFromId(const uint8_t id[kUniqueIdBytes], int nranks, in
   LOOM_ASSIGN_OR_RETURN(bootstrap_, Bootstrap::open(ident, &root));
   LOOM_ASSIGN_OR_RETURN(mode_, resolveMode(options_.device));
   int device = -1;
+  std::optional<device::ScopedDevice> bound;  // the init's device work (queues, inboxes) lands on it
   if (mode_ == Mode::kCuda) {
-    LOOM_ASSIGN_OR_RETURN(device, device::api()->currentDevice());
+    device = options_.cudaDevice;
+    if (device < 0) {
+      LOOM_ASSIGN_OR_RETURN(device, device::api()->currentDevice());
+    }
+    bound.emplace(device::api(), device);
+    if (Status s = bound->status(); !s.isOk()) return s.addContext("binding CUDA device " + std::to_string(device));
   }
   LOOM_TRY(startDeviceMode(device));
   wire::RankInfo self;
@@ -716,7 +723,10 @@ Status Communicator::split(CommRef parentRef, uint64_t ticket, int color, int ke
   child->mode_ = parent.mode_;
   child->bootstrap_->setIdentity(ident);
   log::ScopedRank logRank(ident.rank);
-  Status s = child->startDeviceMode(parent.cudaDevice_);
+  std::optional<device::ScopedDevice> bound;  // the parent's device, for the child's setup
+  if (child->mode_ == Mode::kCuda) bound.emplace(device::api(), parent.cudaDevice_);
+  Status s = bound && !bound->status().isOk() ? bound->status() : Status::ok();
+  if (s.isOk()) s = child->startDeviceMode(parent.cudaDevice_);
   if (s.isOk()) s = child->bootstrap_->adoptTable(std::move(table), deadline, child->abortFlag());
   if (s.isOk()) s = child->finishInit();
   if (s.code() == Code::kRemoteError && !child->aborted()) {

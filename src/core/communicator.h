@@ -57,6 +57,10 @@ struct CommOptions {
   double initTimeoutS = 300;
   // Buffer mode wanted: "auto", "host" or "cuda" (LOOM_DEVICE; core/mode.h).
   std::string device = "auto";
+  // Cuda mode: the CUDA device to bind, chosen on the thread that called
+  // the init (its current device; ncclCommInitAll: the device list); -1:
+  // the init thread's current device.
+  int cudaDevice = -1;
   // Filled from the settings; the API layer then applies ncclConfig_t.
   static CommOptions fromSettings();
 };

@@ -15,6 +15,8 @@ struct DeviceQueue::Job {
   uint64_t* word = nullptr;  // the gate word that releases it...
   uint64_t value = 0;        // ...once raised to this
   int waiting = 0;           // host functions not yet run (under Signal::mutex)
+  bool replay = false;       // queued by a graph replay (ready when queued)
+  std::vector<device::Stream> streams;  // where it is gated
   Status failed;             // queuing it on a stream failed: record, never run
 };
 
@@ -54,6 +56,7 @@ struct DeviceQueue::Replay {
   uint64_t* target = nullptr;
   uint64_t base = 0;
   uint64_t launches = 0;  // only onReplay touches it (replays run one at a time on their stream)
+  device::Stream stream = nullptr;  // the captured stream
 };
 
 void DeviceQueue::Replay::onReplay(void* arg) {
@@ -70,6 +73,8 @@ void DeviceQueue::Replay::onReplay(void* arg) {
       job->ops = r->ops;
       job->word = r->word;
       job->value = value;
+      job->replay = true;
+      job->streams = {r->stream};
       ++signal->submitted;
       signal->jobs.push_back(std::move(job));
       queued = true;
@@ -156,7 +161,10 @@ Status DeviceQueue::submit(CommRef pin, std::vector<OpDesc> ops) {
   job->pin = std::move(pin);
   job->ops = std::move(ops);
   job->word = word_;
-  job->waiting = int(streams.size());
+  job->streams = streams;
+  // One more than the host functions: the job cannot start before submit
+  // is done with it (a failed gate launch below is recorded first).
+  job->waiting = int(streams.size()) + 1;
   {
     std::lock_guard<std::mutex> lock(signal_->mutex);
     if (signal_->aborted || signal_->stop) return abortedError("queuing an operation");
@@ -191,6 +199,10 @@ Status DeviceQueue::submit(CommRef pin, std::vector<OpDesc> ops) {
     if (queued.isOk()) queued = st;
     if (job->failed.isOk()) job->failed = st;
   }
+  {
+    std::lock_guard<std::mutex> lock(signal_->mutex);
+    --job->waiting;
+  }
   signal_->cv.notify_all();
   return queued;
 }
@@ -206,6 +218,7 @@ Status DeviceQueue::capture(std::vector<OpDesc> ops, device::Stream stream) {
   replay->api = api_;
   replay->signal = signal_;
   replay->ops = std::move(ops);
+  replay->stream = stream;
   LOOM_ASSIGN_OR_RETURN(replay->word, device::acquireGateWord(api_));
   auto target = device::acquireGateWord(api_);
   if (!target.isOk()) {
@@ -265,12 +278,14 @@ void DeviceQueue::loop() {
     std::shared_ptr<Job> job;
     {
       std::unique_lock<std::mutex> lock(signal_->mutex);
+      auto next = signal_->jobs.end();
       signal_->cv.wait(lock, [&] {
-        return signal_->stop || signal_->aborted || (!signal_->jobs.empty() && signal_->jobs.front()->waiting == 0);
+        next = nextJob();
+        return signal_->stop || signal_->aborted || (!signal_->jobs.empty() && next != signal_->jobs.end());
       });
       if (signal_->stop || signal_->aborted) return;
-      job = std::move(signal_->jobs.front());
-      signal_->jobs.pop_front();
+      job = std::move(*next);
+      signal_->jobs.erase(next);
       signal_->running = true;
     }
     Status s = job->failed;
@@ -290,6 +305,30 @@ void DeviceQueue::loop() {
     signal_->cv.notify_all();
     job.reset();  // unpins; the communicator may be destroyed from here on
   }
+}
+
+// Under the mutex: the job to run next. Jobs run in call order, the order
+// every rank made its calls in, with one exception: a graph replay is only
+// queued when its stream reaches it, possibly after calls made later on
+// that stream, which wait behind the replay's own gate (`launch graph;
+// call` on one stream). When the first job is such a call, not ready and
+// on the replay's stream, the replay goes first: it precedes that call in
+// stream order, on every rank alike. (Calls on other streams made after a
+// graph launch keep their call order; keep a communicator's graph launches
+// and calls on one stream to make the order the same on every rank.)
+std::deque<std::shared_ptr<DeviceQueue::Job>>::iterator DeviceQueue::nextJob() {
+  auto& jobs = signal_->jobs;
+  if (jobs.empty() || jobs.front()->waiting == 0) return jobs.begin();
+  const Job& front = *jobs.front();
+  if (front.replay) return jobs.end();
+  for (auto it = jobs.begin() + 1; it != jobs.end(); ++it) {
+    const Job& j = **it;
+    if (j.replay && j.waiting == 0 &&
+        std::find(front.streams.begin(), front.streams.end(), j.streams[0]) != front.streams.end()) {
+      return it;
+    }
+  }
+  return jobs.end();
 }
 
 Status DeviceQueue::run(Job& job) {
@@ -312,10 +351,31 @@ Status DeviceQueue::run(Job& job) {
     // user's buffers go back only once nothing touches them any more.
     for (transport::Connection* c : comm_->connections())
       if (c) (void)c->quiesce();
+  } else {
+    flushConnections();
   }
   // Every step waited for its kernels; this only makes sure before the release.
   Status synced = api_->synchronize(stream_);
   return s.isOk() ? synced : s;
+}
+
+// A transport may still hold messages for a peer when the operation is
+// done here (CUDA IPC gives slots back after the last step's kernels), and
+// the peer may wait for them: hand them over before going idle. Bounded:
+// what is left goes out with the next operation. Errors are the next
+// operation's to report.
+void DeviceQueue::flushConnections() {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  for (;;) {
+    bool idle = true;
+    for (transport::Connection* c : comm_->connections()) {
+      if (!c || c->idle()) continue;
+      if (!c->progress().isOk()) continue;
+      idle = idle && c->idle();
+    }
+    if (idle || comm_->aborted() || std::chrono::steady_clock::now() > deadline) return;
+    std::this_thread::yield();
+  }
 }
 
 }  // namespace loom::core

@@ -69,8 +69,10 @@ class DeviceQueue {
   struct Replay;
   DeviceQueue(Communicator* comm, device::Api* api);
   Status capture(std::vector<OpDesc> ops, device::Stream stream);
+  std::deque<std::shared_ptr<Job>>::iterator nextJob();
   void loop();
   Status run(Job& job);
+  void flushConnections();
   void releaseAll();
 
   Communicator* const comm_;

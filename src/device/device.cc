@@ -38,6 +38,20 @@ Api* api() {
 
 void setApiForTesting(Api* table) { gTestTable.store(table, std::memory_order_release); }
 
+ScopedDevice::ScopedDevice(Api* table, int device) : table_(table) {
+  auto current = table_->currentDevice();
+  if (!current.isOk()) {
+    status_ = current.takeStatus();
+    return;
+  }
+  previous_ = current.value();
+  if (previous_ != device) status_ = table_->setDevice(device);
+}
+
+ScopedDevice::~ScopedDevice() {
+  if (previous_ >= 0) (void)table_->setDevice(previous_);
+}
+
 Result<uint64_t*> acquireGateWord(Api* table) {
   WordPool& p = pool();
   std::lock_guard<std::mutex> lock(p.mutex);

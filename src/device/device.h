@@ -120,6 +120,23 @@ Api* api();
 // safe against concurrent api() users; call it before creating communicators.
 void setApiForTesting(Api* table);
 
+// Makes `device` the calling thread's current device while it lives, then
+// puts the previous one back (an init running on the caller's thread must
+// not change its device).
+class ScopedDevice {
+ public:
+  ScopedDevice(Api* table, int device);
+  ~ScopedDevice();
+  ScopedDevice(const ScopedDevice&) = delete;
+  ScopedDevice& operator=(const ScopedDevice&) = delete;
+  const Status& status() const { return status_; }
+
+ private:
+  Api* table_;
+  int previous_ = -1;
+  Status status_;
+};
+
 // Gate words: uint64_t counters in allocHost memory of `table` that gates
 // (Api::launchGate) read. A gate queued on a user's stream may run at any
 // later time, even after its communicator is gone, so a word is never

@@ -31,7 +31,7 @@ using Stream = loom::device::Stream;
 // One table for the whole process: gate words handed out from its pinned
 // pages live as long as the process (device/device.h).
 EmulatedDevice& emu() {
-  static EmulatedDevice* d = new EmulatedDevice(EmulatedDevice::Options{1, 1000});
+  static EmulatedDevice* d = new EmulatedDevice(EmulatedDevice::Options{2, 1000});
   return *d;
 }
 
@@ -122,13 +122,52 @@ class CudaMode : public ::testing::Test {
   size_t allocationsAtStart_ = 0;
 };
 
-TEST_F(CudaMode, CommunicatorsAreInCudaModeOnTheCurrentDevice) {
-  makeRanks(2);
-  for (ncclComm_t c : comms_) {
+// ncclCommInitAll without a device list: rank i on device i, wrapping
+// around when there are fewer (the emulation has 2): ranks share them.
+TEST_F(CudaMode, CommunicatorsAreInCudaModeOnTheirDevices) {
+  makeRanks(3);
+  for (int r = 0; r < 3; ++r) {
     int device = -1;
-    ASSERT_EQ(ncclCommCuDevice(c, &device), ncclSuccess);
-    EXPECT_EQ(device, 0);
+    ASSERT_EQ(ncclCommCuDevice(comms_[size_t(r)], &device), ncclSuccess);
+    EXPECT_EQ(device, r % 2) << "rank " << r;
+    loomBufferMode_t mode = loomBufferModeHost;
+    ASSERT_EQ(loomCommGetBufferMode(comms_[size_t(r)], &mode), ncclSuccess);
+    EXPECT_EQ(mode, loomBufferModeCuda);
   }
+}
+
+// Each communicator binds the device its init was called for, also when
+// the init runs on another thread (a group, ncclCommInitAll's list); the
+// caller's current device is left as it was.
+TEST_F(CudaMode, CommunicatorsBindTheDeviceTheirInitWasCalledFor) {
+  ncclUniqueId id;
+  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+  ncclComm_t grouped[2] = {nullptr, nullptr};
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(emu().setDevice(1 - r).isOk());
+    ASSERT_EQ(ncclCommInitRank(&grouped[r], 2, id, r), ncclSuccess);
+  }
+  ASSERT_TRUE(emu().setDevice(0).isOk());
+  ASSERT_EQ(ncclGroupEnd(), ncclSuccess);
+  for (int r = 0; r < 2; ++r) {
+    int device = -1;
+    ASSERT_EQ(ncclCommCuDevice(grouped[r], &device), ncclSuccess);
+    EXPECT_EQ(device, 1 - r) << "rank " << r;
+  }
+  EXPECT_EQ(emu().currentDevice().value(), 0);
+  for (ncclComm_t c : grouped) EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
+
+  ncclComm_t all[3] = {nullptr, nullptr, nullptr};
+  const int devlist[3] = {1, 0, 1};
+  ASSERT_EQ(ncclCommInitAll(all, 3, devlist), ncclSuccess);
+  for (int r = 0; r < 3; ++r) {
+    int device = -1;
+    ASSERT_EQ(ncclCommCuDevice(all[r], &device), ncclSuccess);
+    EXPECT_EQ(device, devlist[r]) << "rank " << r;
+  }
+  for (ncclComm_t c : all) EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
+  EXPECT_EQ(emu().currentDevice().value(), 0);
 }
 
 // The call returns while the stream's earlier work still runs; the
@@ -401,6 +440,20 @@ TEST_F(CudaMode, RegisteredBuffersGiveTheSameResults) {
     for (int p = 0; p < 2; ++p)
       for (size_t i = 0; i < kCount / 2; ++i)
         ASSERT_EQ(recv[size_t(r)]->host<int32_t>()[size_t(p) * (kCount / 2) + i], int32_t(p * 1000003 + int(i)));
+  // A Reduce from registered buffers: the root's last step receives from a
+  // registered buffer, and the other rank's stream is released only once
+  // the root said it copied it (each stream drained on its own).
+  for (int r = 0; r < 2; ++r)
+    for (size_t i = 0; i < kCount; ++i) send[size_t(r)]->host<int32_t>()[i] = int32_t(r + 1);
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  for (int r = 0; r < 2; ++r)
+    ASSERT_EQ(ncclReduce(send[size_t(r)]->ptr, recv[size_t(r)]->ptr, kCount, ncclInt32, ncclSum, 0, comms_[size_t(r)],
+                         asCuda(streams_[size_t(r)])),
+              ncclSuccess);
+  ASSERT_EQ(ncclGroupEnd(), ncclSuccess);
+  ASSERT_TRUE(drains(streams_[1]));
+  ASSERT_TRUE(drains(streams_[0]));
+  for (size_t i = 0; i < kCount; ++i) ASSERT_EQ(recv[0]->host<int32_t>()[i], 3) << "at " << i;
   for (int r = 0; r < 2; ++r)
     for (int k = 0; k < 2; ++k) EXPECT_EQ(ncclCommDeregister(comms_[size_t(r)], handles[size_t(2 * r + k)]), ncclSuccess);
 }
@@ -616,6 +669,26 @@ TEST_F(CudaMode, CapturedCollectiveReplaysInStreamOrder) {
       ASSERT_EQ(v.size(), kCount);
       for (size_t i = 0; i < kCount; ++i) ASSERT_EQ(v[i], float(3 * k)) << "replay " << k << " rank " << r;
     }
+
+  // A call made right after launching the graph on the same stream, while
+  // the stream is still busy: the replay runs first, then the call.
+  Latch latch;
+  for (int r = 0; r < 2; ++r) {
+    latch.holdStream(streams_[size_t(r)]);
+    float* src = in[size_t(r)]->host<float>();
+    emu().launch(streams_[size_t(r)], [src, r] { std::fill_n(src, kCount, float(r + 1)); });
+    emu().launchGraph(*graphs[r], streams_[size_t(r)]);
+  }
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  for (int r = 0; r < 2; ++r)
+    ASSERT_EQ(ncclAllReduce(out[size_t(r)]->ptr, out[size_t(r)]->ptr, kCount, ncclFloat, ncclSum, comms_[size_t(r)],
+                            asCuda(streams_[size_t(r)])),
+              ncclSuccess);
+  ASSERT_EQ(ncclGroupEnd(), ncclSuccess);
+  latch.open();
+  for (int r = 0; r < 2; ++r) ASSERT_TRUE(drains(streams_[size_t(r)])) << "a call after a graph launch hangs";
+  for (int r = 0; r < 2; ++r)
+    for (size_t i = 0; i < kCount; ++i) ASSERT_EQ(out[size_t(r)]->host<float>()[i], 6.0f) << "replay, then the call";
 
   for (ncclComm_t& c : comms_) {
     ASSERT_EQ(ncclCommDestroy(c), ncclSuccess);

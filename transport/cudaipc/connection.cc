@@ -333,15 +333,13 @@ Status CudaIpcConnection::moveRecvs() {
       if (recvOffset_ != 0 || p.bytes != p.total) {
         return remoteError(rankName(peer_) + " offered a direct copy out of order (different loom versions?)");
       }
+      // Copied, never handed to a sink: the peer's buffer may be on another
+      // GPU of this process, which a kernel here may not reach.
       LOOM_ASSIGN_OR_RETURN(const std::byte* src, pullSource(p));
-      if (t->sink && t->hold) {
-        sinkPiece(t, p, src);
-      } else {
-        LOOM_ASSIGN_OR_RETURN(device::Event e, event());
-        LOOM_TRY(api_->copyAsync(t->data, src, p.bytes, stream_));
-        LOOM_TRY(api_->recordEvent(e, stream_));
-        recvCopies_.push_back(Copy{e, t, p});
-      }
+      LOOM_ASSIGN_OR_RETURN(device::Event e, event());
+      LOOM_TRY(api_->copyAsync(t->data, src, p.bytes, stream_));
+      LOOM_TRY(api_->recordEvent(e, stream_));
+      recvCopies_.push_back(Copy{e, t, p});
       announced_.pop_front();
       ++queued;
       continue;
@@ -352,7 +350,9 @@ Status CudaIpcConnection::moveRecvs() {
     }
     device::Event e = nullptr;
     const auto* src = static_cast<const std::byte*>(inbox_->base) + size_t(p.slot) * slotBytes_;
-    if (p.bytes > 0 && t->sink && t->hold) {
+    // Held pieces keep their slots until the whole receive is released: only
+    // a receive that fits the inbox can be held, else the sender stalls.
+    if (p.bytes > 0 && t->sink && t->hold && t->bytes <= uint64_t(kSlots) * slotBytes_) {
       sinkPiece(t, p, src);
       ++slotsReceived_;
     } else {
@@ -414,12 +414,16 @@ void CudaIpcConnection::sinkPiece(Transfer* t, const Control& p, const std::byte
 
 Status CudaIpcConnection::release(Transfer* t) {
   // The oldest held message of `t` (its Transfer may be reused later).
+  bool any = false;
   for (Copy& c : recvCopies_) {
     if (c.t != t || !c.held || c.released) continue;
     c.released = true;
+    any = true;
     if (c.piece.offset + c.piece.bytes == c.piece.total) break;
   }
-  return Status::ok();
+  // Give the slots back now: the caller may be done with this connection
+  // for a while (the operation's last step), and the peer waits for them.
+  return any ? progress() : error_;
 }
 
 // The control connection keeps receives posted at all times, so a peer

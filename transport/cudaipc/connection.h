@@ -34,10 +34,11 @@
 // send is done at that word, and later sends wait for it (order). One copy
 // instead of two.
 //
-// Sinks (Transfer::sink with hold): a receive that reduces hands each piece
-// to the sink where it lies, in the inbox (or in the peer's registered
-// buffer), and gives the slot back only at release(): the reduction kernel
-// reads the peer's bytes without a copy first.
+// Sinks (Transfer::sink with hold): a receive that reduces and fits the
+// inbox hands each piece to the sink where it lies in the inbox and gives
+// the slot back only at release(): the reduction kernel reads the peer's
+// bytes without a copy first. (Direct copies from registered buffers are
+// never handed over: that buffer may be on another GPU of this process.)
 //
 // Failure. The control connection carries shm's guarantees: a peer that
 // closes or dies is noticed by progress() within a bounded time (pidfd),
@@ -101,7 +102,8 @@ class CudaIpcConnection final : public Connection {
   bool moves(MemoryType) const override { return true; }
   Status progress() override;
   void pollFds(std::vector<pollfd>* fds) const override;
-  bool idle() const override { return sends_.empty() && recvs_.empty(); }
+  // Nothing queued, and every control message handed to the peer.
+  bool idle() const override { return sends_.empty() && recvs_.empty() && outgoing_.empty(); }
   Status quiesce() override { return api_->synchronize(stream_); }
   // The sink's kernels are done with the pieces of `t`: their slots (or the
   // peer's registered buffer) go back to the peer, in order.
