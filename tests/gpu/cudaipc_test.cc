@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/settings.h"
 #include "common/time.h"
 #include "emulated_device.h"
 #include "transport/cudaipc/connection.h"
@@ -76,7 +77,11 @@ struct DeviceBytes {
 
 class CudaIpc : public ::testing::Test {
  protected:
+  // Small slots (NCCL_BUFFSIZE / 8 = 32 KiB): many pieces per message and
+  // back pressure with little data, which keeps the sanitizer tiers fast.
   void SetUp() override {
+    setenv("NCCL_BUFFSIZE", "262144", 1);
+    settings::reload();
     device::setApiForTesting(&emu());
     allocations_ = emu().liveAllocations();
   }
@@ -84,7 +89,10 @@ class CudaIpc : public ::testing::Test {
     EXPECT_EQ(emu().liveAllocations(), allocations_) << "inboxes and mappings must be given back";
     EXPECT_EQ(emu().liveEvents(), 0u);
     device::setApiForTesting(nullptr);
+    unsetenv("NCCL_BUFFSIZE");
+    settings::reload();
   }
+  static constexpr size_t kSlot = 32 << 10;
   size_t allocations_ = 0;
 };
 
@@ -99,7 +107,8 @@ TEST_P(CudaIpcPair, MixedSizesArriveInOrderBothWays) {
   ASSERT_TRUE(pair.isOk()) << pair.status().message();
   Pair& p = pair.value();
   EXPECT_STREQ(p.a->kind(), "cudaipc");
-  const std::vector<size_t> sizes = {0, 1, 4095, 4096, 512 << 10, (512 << 10) + 1, 5 << 20, 0, 77, (9 << 20) + 3};
+  // One slot, one slot and a byte, more than all 8 slots, a bit of both.
+  const std::vector<size_t> sizes = {0, 1, 4095, kSlot, kSlot + 1, 10 * kSlot, 0, 77, 19 * kSlot + 3};
   std::mt19937 rng(7);
   std::vector<std::unique_ptr<DeviceBytes>> src, dst;
   std::vector<Transfer> sends(2 * sizes.size()), recvs(2 * sizes.size());
@@ -150,7 +159,7 @@ TEST_F(CudaIpc, PeerLeavingIsAnErrorOnlyWhileNeeded) {
   auto pair = makePair();
   ASSERT_TRUE(pair.isOk()) << pair.status().message();
   Pair& p = pair.value();
-  DeviceBytes a(3 << 20), b(3 << 20);
+  DeviceBytes a(3 * kSlot), b(3 * kSlot);
   Transfer s{a.ptr, a.bytes, MemoryType::kDevice}, r{b.ptr, b.bytes, MemoryType::kDevice};
   ASSERT_TRUE(p.a->postSend(&s).isOk());
   ASSERT_TRUE(p.b->postRecv(&r).isOk());
@@ -173,7 +182,7 @@ TEST_P(CudaIpcPair, RegisteredSendsAreCopiedDirectlyInOrder) {
   ASSERT_TRUE(pair.isOk()) << pair.status().message();
   Pair& p = pair.value();
   auto* a = static_cast<cudaipc::CudaIpcConnection*>(p.a.get());
-  DeviceBytes big(6 << 20), small(1000), bigOut(6 << 20), smallOut(1000), small2Out(1000);
+  DeviceBytes big(12 * kSlot), small(1000), bigOut(12 * kSlot), smallOut(1000), small2Out(1000);
   std::mt19937 rng(3);
   for (size_t k = 0; k < big.bytes; ++k) big.host()[k] = uint8_t(rng());
   for (size_t k = 0; k < small.bytes; ++k) small.host()[k] = uint8_t(rng());
@@ -213,7 +222,7 @@ TEST_F(CudaIpc, HeldSinkPiecesKeepTheirSlotsUntilReleased) {
   Pair& p = pair.value();
   auto* b = static_cast<cudaipc::CudaIpcConnection*>(p.b.get());
   constexpr int kMessages = 12;
-  const size_t n = 512 << 10;  // one slot each (NCCL_BUFFSIZE / 8)
+  const size_t n = kSlot;  // one slot each
   struct Copier final : Sink {
     void consume(size_t offset, const void* bytes, size_t count) override {
       std::memcpy(static_cast<uint8_t*>(EmulatedDevice::hostView(dst)) + offset, EmulatedDevice::hostView(bytes), count);
@@ -269,12 +278,12 @@ TEST_F(CudaIpc, HeldSinkPiecesKeepTheirSlotsUntilReleased) {
 // A mapping that cannot be opened fails connect() (the pair then moves on
 // to the next backend; cuda_mode_process_test checks that part).
 TEST_F(CudaIpc, AttachFailsWhenThePeersInboxCannotBeMapped) {
-  auto a = cudaipc::CudaIpcConnection::create(1, &emu(), 1 << 20);
+  auto a = cudaipc::CudaIpcConnection::create(1, &emu(), kSlot);
   ASSERT_TRUE(a.isOk()) << a.status().message();
   cudaipc::Descriptor other = a.value()->local();
   other.processNonce ^= 1;  // "another process": through the IPC handle
   other.handle[0] ^= 0xff;  // ...which is not one
-  auto b = cudaipc::CudaIpcConnection::create(0, &emu(), 1 << 20);
+  auto b = cudaipc::CudaIpcConnection::create(0, &emu(), kSlot);
   ASSERT_TRUE(b.isOk()) << b.status().message();
   Status st = b.value()->attach(other);
   EXPECT_FALSE(st.isOk());
