@@ -96,9 +96,8 @@ class EmulatedDevice final : public device::Api {
   size_t liveAllocations() const;
   // Events created and not yet destroyed.
   size_t liveEvents() const;
-  // Kernels run: reductions, and copies with a device pointer on either side.
+  // Reduction kernels launched.
   uint64_t reduceLaunches() const { return reduceLaunches_.load(); }
-  uint64_t deviceCopies() const { return deviceCopies_.load(); }
 
  private:
   struct Queue;
@@ -117,7 +116,6 @@ class EmulatedDevice final : public device::Api {
   std::map<void*, size_t> opened_;  // peers' memory mapped by ipcOpen
   std::map<void*, std::shared_ptr<EventState>> events_;
   std::atomic<uint64_t> reduceLaunches_{0};
-  std::atomic<uint64_t> deviceCopies_{0};
 };
 
 }  // namespace loom::test

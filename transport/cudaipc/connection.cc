@@ -303,7 +303,6 @@ Status CudaIpcConnection::moveSends() {
       sendCopies_.pop_front();
       continue;
     }
-    ++piecesSent_;
     Transfer* t = c.t;
     t->progressed = c.piece.offset + c.piece.bytes;
     sendCopies_.pop_front();

@@ -112,7 +112,6 @@ class CudaIpcConnection final : public Connection {
   Result<std::unique_ptr<Region>> registerMemory(void* base, size_t bytes, MemoryType memory) override;
 
   // Counters for tests.
-  uint64_t piecesSent() const { return piecesSent_; }
   uint64_t directSends() const { return directSends_; }
   uint64_t piecesSunk() const { return piecesSunk_; }
 
@@ -191,7 +190,6 @@ class CudaIpcConnection final : public Connection {
   std::deque<Incoming> incoming_;  // control receives posted
   Transfer* pulling_ = nullptr;  // a send the peer is copying from (kPull), until kPulled
   std::map<device::IpcHandle, void*> peerBuffers_;  // the peer's registered allocations, mapped
-  uint64_t piecesSent_ = 0;
   uint64_t directSends_ = 0;
   uint64_t piecesSunk_ = 0;
   Status controlError_;  // the control connection failed (the peer closed or died)
