@@ -2,3 +2,9 @@
 add_executable(loom-info ${CMAKE_CURRENT_LIST_DIR}/loom_info/main.cc)
 target_link_libraries(loom-info PRIVATE loom_common loom_kernels)
 set_property(GLOBAL APPEND PROPERTY LOOM_TOOL_TARGETS loom-info)
+
+# loom-topo: the detected (or loaded) topology, its rings and trees, XML
+# dumps and graphviz pictures.
+add_executable(loom-topo ${CMAKE_CURRENT_LIST_DIR}/loom_topo/main.cc)
+target_link_libraries(loom-topo PRIVATE loom_common loom_topology)
+set_property(GLOBAL APPEND PROPERTY LOOM_TOOL_TARGETS loom-topo)

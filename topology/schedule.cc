@@ -382,7 +382,10 @@ std::string topologyDot(const Topology& topo) {
     out += "  n" + std::to_string(i) + " [label=\"" + label + "\", " + style + "];\n";
   }
   for (const auto& l : topo.links) {
-    std::snprintf(buf, sizeof buf, "  n%d -- n%d [label=\"%s %.0f GB/s\"%s];\n", l.a, l.b, linkTypeName(l.type), l.gbs,
+    // Parent first, so that dot draws the CPUs on top.
+    const bool up = l.type == LinkType::kPci || l.type == LinkType::kNet;
+    std::snprintf(buf, sizeof buf, "  n%d -- n%d [label=\"%s %.0f GB/s\"%s];\n", up ? l.b : l.a, up ? l.a : l.b,
+                  linkTypeName(l.type), l.gbs,
                   l.type == LinkType::kNvLink ? ", color=\"#2e7d32\", penwidth=2"
                   : l.type == LinkType::kSys  ? ", style=dashed"
                                               : "");

@@ -55,6 +55,15 @@ constexpr Spec kTable[] = {
     {"NCCL_MAX_NCHANNELS", T::kInt, "32", "COLL",
      "Channels a communicator uses at most (see NCCL_MIN_NCHANNELS)."},
 
+    {"NCCL_TOPO_FILE", T::kString, "", "GRAPH",
+     "A topology file in NCCL's XML format to use instead of detecting this machine's (for every "
+     "rank of this process). loom-topo prints what loom reads from it."},
+    {"NCCL_TOPO_DUMP_FILE", T::kString, "", "GRAPH",
+     "Where to write the detected (or loaded) topology as NCCL XML at init; the lowest rank of each "
+     "host writes it."},
+    {"LOOM_TOPO_DETECT", T::kString, "auto", "GRAPH",
+     "How to detect the machine: auto (hwloc where libhwloc.so.15 loads, else sysfs), hwloc, or "
+     "sysfs. NICs come from sysfs and GPUs from NVML either way."},
     {"NCCL_HOSTID", T::kString, "", "INIT",
      "Host identity override: ranks with the same value are treated as one host. Default: "
      "hostname plus kernel boot id."},

@@ -20,7 +20,7 @@ install() {
 }
 
 install cmake ninja-build g++ make pkg-config libgtest-dev libgmock-dev libbenchmark-dev \
-        iproute2 procps python3 gdb
+        iproute2 procps python3 gdb libhwloc-dev graphviz
 if [ "${1:-}" = --clang ]; then
   install clang
   # The sanitizer runtimes and libFuzzer come with the compiler-rt of the

@@ -1,0 +1,32 @@
+// Detection of the machine this process runs on, as a Topology in NCCL's
+// XML form. CPUs, NUMA nodes, caches and the PCI tree come from hwloc
+// (libhwloc.so.15, loaded at run time) where it loads, otherwise from sysfs;
+// NIC ports (speed, link layer) always from sysfs (/sys/class/net and
+// /sys/class/infiniband); GPUs, their compute capability and NVLinks from
+// NVML (libnvidia-ml.so.1, loaded at run time) where a driver is present.
+// None of these libraries is needed to build or load loom.
+#pragma once
+
+#include <string>
+
+#include "common/status.h"
+#include "topology/topology.h"
+
+namespace loom::topology {
+
+struct DetectOptions {
+  // "auto" (hwloc, else sysfs), "hwloc" (fail without it) or "sysfs".
+  std::string method = "auto";
+  // Where sysfs is mounted; tests point this at a tree of their own.
+  std::string sysRoot = "/sys";
+  bool useNvml = true;
+};
+
+// The topology's source says which method ran ("hwloc" or "sysfs").
+Result<Topology> detect(const DetectOptions& options = {});
+
+// The NUMA node whose CPUs include the CPUs this thread may run on (the
+// first of them), -1 when sysfs has no NUMA information.
+int currentNumaNode(const std::string& sysRoot = "/sys");
+
+}  // namespace loom::topology
