@@ -4,7 +4,7 @@
 # registry). Builds for sm_90 into ${BUILD_DIR:-build-gpu}, then runs each
 # check under its own timeout and prints one line per check:
 #   PASS <check>            FAIL <check> (<why>; log: <file>)
-#   SKIP <check>: <why>     PENDING <check>: <what is not built yet>
+#   SKIP <check>: <why>
 # Exits non-zero when any check failed. Logs go to $BUILD_DIR/gpu-check/.
 #
 #   tools/gpu_check.sh            # everything, about 5 minutes
@@ -17,7 +17,7 @@ set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${BUILD_DIR:-$root/build-gpu}"
 logs="$build/gpu-check"
-checks="${CHECKS:-build tests exports perf procs network device torch pending}"
+checks="${CHECKS:-build tests exports perf procs network device torch topo}"
 mkdir -p "$logs"
 failed=0
 
@@ -122,7 +122,16 @@ if want torch; then
   fi
 fi
 
-if want pending; then
-  echo "PENDING loom-topo: the topology tool does not exist yet (#15)"
+if want topo; then
+  # What loom sees of this GPU machine: the GPU with its PCI path, NVLinks
+  # (through NVML), NICs; the picture is kept next to the log.
+  run loom-topo 60 "$bin/loom-topo" --dot "$logs/machine.dot" --schedule-dot "$logs/schedule.dot" \
+    --dump "$logs/machine.xml"
+  if ! grep -qE "^ *gpu " "$logs/loom-topo.log"; then
+    echo "FAIL loom-topo-gpu (no GPU in the detected topology; log: $logs/loom-topo.log)"
+    failed=1
+  fi
+  sed -n '1,40p' "$logs/loom-topo.log" | sed 's/^/  /'
+  if command -v dot >/dev/null; then dot -Tpng "$logs/machine.dot" -o "$logs/machine.png"; fi
 fi
 exit "$failed"

@@ -11,8 +11,11 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <set>
 
+#include "common/log.h"
+#include "common/settings.h"
 #include "topology/detect_internal.h"
 
 namespace loom::topology {
@@ -415,6 +418,33 @@ Result<Topology> detect(const DetectOptions& options) {
   const auto gpus = options.useNvml ? nvmlGpus() : std::vector<GpuInfo>{};
   const std::string source = machine->source;
   return fromXml(toXml(machine.value(), nets, gpus), source);
+}
+
+Result<std::shared_ptr<const Topology>> localTopology() {
+  static std::mutex mutex;
+  static std::map<std::string, std::shared_ptr<const Topology>> cache;
+  auto cfg = settings::current();
+  const std::string file = cfg->getString("NCCL_TOPO_FILE");
+  const std::string method = cfg->getString("LOOM_TOPO_DETECT");
+  const std::string key = file + "\n" + method;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (auto it = cache.find(key); it != cache.end()) return it->second;
+  Result<Topology> topo = internalError("unset");
+  if (!file.empty()) {
+    topo = loadFile(file);
+    if (!topo.isOk()) return topo.takeStatus().addContext("loading NCCL_TOPO_FILE");
+  } else {
+    DetectOptions options;
+    options.method = method;
+    topo = detect(options);
+    if (!topo.isOk()) return topo.takeStatus().addContext("detecting the topology (LOOM_TOPO_DETECT=" + method + ")");
+  }
+  auto shared = std::make_shared<const Topology>(std::move(topo).value());
+  LOOM_INFO(log::kGraph, "topology %s %s: %d NUMA node(s), %zu GPU(s), %zu NIC port(s)",
+            file.empty() ? "detected with" : "loaded from", shared->source.c_str(), shared->numaCount(),
+            shared->ofType(NodeType::kGpu).size(), shared->ofType(NodeType::kNet).size());
+  cache[key] = shared;
+  return shared;
 }
 
 int currentNumaNode(const std::string& sysRoot) {

@@ -7,6 +7,7 @@
 // None of these libraries is needed to build or load loom.
 #pragma once
 
+#include <memory>
 #include <string>
 
 #include "common/status.h"
@@ -24,6 +25,11 @@ struct DetectOptions {
 
 // The topology's source says which method ran ("hwloc" or "sysfs").
 Result<Topology> detect(const DetectOptions& options = {});
+
+// This process's machine: loaded from NCCL_TOPO_FILE when set, otherwise
+// detected as LOOM_TOPO_DETECT says. Done once per (file, method) and
+// shared; which source was used is logged (INFO, GRAPH).
+Result<std::shared_ptr<const Topology>> localTopology();
 
 // The NUMA node whose CPUs include the CPUs this thread may run on (the
 // first of them), -1 when sysfs has no NUMA information.

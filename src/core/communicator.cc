@@ -14,6 +14,7 @@
 #include "common/settings.h"
 #include "core/root.h"
 #include "core/scalar.h"
+#include "topology/detect.h"
 #include "topology/host_id.h"
 
 namespace loom::core {
@@ -173,6 +174,10 @@ std::string Communicator::describe() const {
   return s;
 }
 
+// Where this rank sits in its machine (the GPU's PCI path, else the NUMA
+// node it runs on) and the machine's NICs, for the schedule every rank builds.
+Status placeSelf(wire::RankInfo* self, int device);
+
 Status Communicator::initFromId(const uint8_t id[kUniqueIdBytes], int nranks, int rank) {
   rank_ = rank;
   nranks_ = nranks;
@@ -227,10 +232,29 @@ Status Communicator::initFromId(const uint8_t id[kUniqueIdBytes], int nranks, in
     LOOM_ASSIGN_OR_RETURN(self.gpuUuid, device::api()->deviceUuid(device));
   }
   self.hostname = topology::hostName();
+  LOOM_TRY(placeSelf(&self, device));
   Deadline deadline = Deadline::afterSeconds(options_.initTimeoutS + 15);
   Status s = bootstrap_->joinRoot(root, self, deadline, &abort_);
   if (!s.isOk()) return s.addContext("rank " + std::to_string(rank) + " of " + std::to_string(nranks));
   return finishInit();
+}
+
+Status placeSelf(wire::RankInfo* self, int device) {
+  LOOM_ASSIGN_OR_RETURN(auto topo, topology::localTopology());
+  self->numa = topology::currentNumaNode();
+  if (device >= 0) {
+    auto busId = device::api()->pciBusId(device);
+    auto place = busId.isOk() ? topology::gpuRank(*topo, 0, busId.value()) : Result<topology::RankPlace>(busId.takeStatus());
+    if (place.isOk()) {
+      self->numa = place->numa;
+      self->pciPath = place->pciPath;
+    } else {
+      LOOM_INFO(log::kGraph, "CUDA device %d is not in the topology (%s): placed by NUMA node only", device,
+                place.status().message().c_str());
+    }
+  }
+  self->nics = topology::hostPlace(*topo, "").nics;
+  return Status::ok();
 }
 
 Status Communicator::startDeviceMode(int device) {
@@ -268,9 +292,12 @@ Status Communicator::connectPeersAtInit() {
   }
   conns_.resize(size_t(nranks_) * size_t(options_.channels));
   connPtrs_.assign(conns_.size(), nullptr);
+  scheduleFromTable();
   // Ring neighbours are connected now, so a rank that dies before the first
   // operation is noticed by its connections closing.
-  std::vector<int> ring{(rank_ + 1) % nranks_, (rank_ + nranks_ - 1) % nranks_};
+  const auto& order = rings_[0];
+  const int at = int(std::find(order.begin(), order.end(), rank_) - order.begin());
+  std::vector<int> ring{order[size_t((at + 1) % nranks_)], order[size_t((at + nranks_ - 1) % nranks_)]};
   LOOM_TRY(connectAll(ring, Deadline::afterSeconds(options_.initTimeoutS)));
   setState(State::kReady);
   auto net = options_.link.selection.network();
@@ -290,6 +317,48 @@ Status Communicator::connectPeersAtInit() {
               describe().c_str(), cudaDevice_, me.gpuUuid.c_str(), sharing);
   }
   return Status::ok();
+}
+
+void Communicator::scheduleFromTable() {
+  topology::Layout layout;
+  std::map<uint64_t, int> hostIndex;
+  for (int r = 0; r < nranks_; ++r) {
+    const wire::RankInfo& p = bootstrap_->peer(r);
+    auto [it, added] = hostIndex.emplace(p.hostHash, int(layout.hosts.size()));
+    if (added) layout.hosts.push_back(topology::HostPlace{p.hostname, p.nics});
+    layout.ranks.push_back(topology::RankPlace{it->second, p.numa, p.pciPath});
+  }
+  schedule_ = topology::buildSchedule(layout);
+  if (Status s = topology::checkSchedule(layout, schedule_); !s.isOk()) {
+    // Not expected (the schedules are checked for many layouts in tests);
+    // rank order is always a valid ring.
+    LOOM_WARN("%s: the topology's schedule is invalid (%s); using rank order", describe().c_str(),
+              s.message().c_str());
+    schedule_.rings.assign(1, topology::Ring{});
+    schedule_.rings[0].order.resize(size_t(nranks_));
+    for (int r = 0; r < nranks_; ++r) schedule_.rings[0].order[size_t(r)] = r;
+  }
+  rings_.clear();
+  for (const auto& ring : schedule_.rings) rings_.push_back(ring.order);
+  const wire::RankInfo& me = bootstrap_->peer(rank_);
+  int firstLocal = rank_;
+  for (int r = 0; r < nranks_; ++r) {
+    if (bootstrap_->peer(r).hostHash == me.hostHash) {
+      firstLocal = r;
+      break;
+    }
+  }
+  if (rank_ == 0) {
+    for (const auto& line : topology::ringLines(schedule_)) LOOM_INFO(log::kGraph, "%s", line.c_str());
+  }
+  LOOM_INFO(log::kGraph, "%s", topology::treeLine(schedule_, rank_).c_str());
+  const std::string dump = settings::current()->getString("NCCL_TOPO_DUMP_FILE");
+  if (!dump.empty() && firstLocal == rank_) {
+    auto topo = topology::localTopology();
+    Status s = topo.isOk() ? topology::dumpFile(**topo, dump) : topo.takeStatus();
+    if (s.isOk()) LOOM_INFO(log::kGraph, "topology written to %s", dump.c_str());
+    else LOOM_WARN("NCCL_TOPO_DUMP_FILE: %s", s.message().c_str());
+  }
 }
 
 void Communicator::setState(State s) {

@@ -41,6 +41,7 @@
 #include "core/peer_link.h"
 #include "core/registration.h"
 #include "core/root.h"
+#include "topology/schedule.h"
 #include "transport/transport.h"
 
 namespace loom::core {
@@ -186,6 +187,10 @@ class Communicator {
   // are. The rank's own entries connect it to itself.
   Status connectStep(const std::vector<int>& links, bool* ready);
   int nchannels() const { return options_.channels; }
+  // The ring orders of the topology's schedule (channel c follows ring
+  // c % size), set at init.
+  std::span<const std::vector<int>> rings() const { return rings_; }
+  const topology::Schedule& schedule() const { return schedule_; }
   // What wakes a wait for connectStep(): the sockets of links being set up
   // (the listener is in pollFdsForNotices()).
   void pollFdsForLinks(std::vector<pollfd>* fds) const;
@@ -210,6 +215,9 @@ class Communicator {
   enum class State { kInitializing, kReady, kFailed };
   Status finishInit();
   Status connectPeersAtInit();
+  // Rings and trees from every rank's place (the init table), logged in
+  // NCCL's GRAPH style; NCCL_TOPO_DUMP_FILE written by each host's first rank.
+  void scheduleFromTable();
   void setState(State s);
   // Splits: waits until `ticket` is the next one to run.
   Status waitSplitTurn(uint64_t ticket, const std::atomic<bool>* abort);
@@ -229,6 +237,8 @@ class Communicator {
   CommOptions options_;
   Mode mode_ = Mode::kHost;
   int cudaDevice_ = -1;
+  topology::Schedule schedule_;
+  std::vector<std::vector<int>> rings_;
   int rank_ = 0;
   int nranks_ = 1;
   std::unique_ptr<Bootstrap> bootstrap_;

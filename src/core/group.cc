@@ -76,6 +76,7 @@ std::string opLabel(const OpDesc& op, uint64_t seq) {
 Status buildTasks(Communicator* comm, const std::vector<OpDesc>& ops, std::vector<Task>* tasks) {
   PlanParams params{comm->rank(), comm->nranks(), comm->options().sliceBytes};
   params.channels = comm->nchannels();
+  params.rings = comm->rings();
   std::vector<OpDesc> p2p;
   for (const OpDesc& op : ops) {
     if (isPointToPoint(op.kind)) {

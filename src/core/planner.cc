@@ -66,7 +66,9 @@ Result<Plan> planCollective(const OpDesc& op, const PlanParams& params) {
     if (part.size() == 0) continue;
     OpDesc sub = op;
     sub.count = part.size();
-    LOOM_ASSIGN_OR_RETURN(Plan p, planOneChannel(sub, params));
+    PlanParams channel = params;
+    channel.ringIndex = c;
+    LOOM_ASSIGN_OR_RETURN(Plan p, planOneChannel(sub, channel));
     if (plan.streams.empty()) {
       plan.rank = p.rank;
       plan.nranks = p.nranks;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <span>
+#include <vector>
 
 #include "common/status.h"
 #include "core/op.h"
@@ -17,6 +18,11 @@ struct PlanParams {
   size_t sliceBytes = 512 * 1024;  // largest message a step sends
   int channels = 1;                // connections per pair a collective may spread over
   size_t channelMinBytes = 256 * 1024;  // a channel carries at least this much
+  // Ring orders from the topology's schedule (each a permutation of the
+  // ranks); channel c follows rings[c % size]. Empty: rank order. Chains
+  // (Broadcast, Reduce) run along the ring from the root.
+  std::span<const std::vector<int>> rings;
+  int ringIndex = 0;  // which ring a one-channel plan follows
 };
 
 // A collective (AllReduce, AllGather, ReduceScatter, Broadcast, Reduce).

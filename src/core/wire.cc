@@ -1,5 +1,7 @@
 #include "core/wire.h"
 
+#include <algorithm>
+
 #include "transport/endpoint.h"
 
 namespace loom::core::wire {
@@ -13,6 +15,22 @@ std::vector<uint8_t> encode(const RankInfo& info) {
   w.put(info.mode);
   w.put(info.cudaDevice);
   w.putString(std::string_view(info.gpuUuid).substr(0, kMaxUuidBytes));
+  w.put(uint32_t(info.numa));
+  auto putPath = [&](const std::vector<std::string>& path) {
+    const size_t n = std::min(path.size(), kMaxPciDepth);
+    w.put(uint32_t(n));
+    for (size_t i = 0; i < n; ++i) w.putString(std::string_view(path[i]).substr(0, kMaxNameBytes));
+  };
+  putPath(info.pciPath);
+  const size_t nics = std::min(info.nics.size(), kMaxNics);
+  w.put(uint32_t(nics));
+  for (size_t i = 0; i < nics; ++i) {
+    const auto& nic = info.nics[i];
+    w.putString(std::string_view(nic.name).substr(0, kMaxNameBytes));
+    w.put(uint64_t(nic.speedMbps));
+    w.put(uint32_t(nic.numa));
+    putPath(nic.pciPath);
+  }
   w.putString(std::string_view(info.hostname).substr(0, kMaxHostnameBytes));
   return out;
 }
@@ -28,6 +46,38 @@ Result<RankInfo> decodeRankInfo(std::span<const uint8_t> blob) {
   r.get(&info.mode);
   r.get(&info.cudaDevice);
   r.getString(&info.gpuUuid, kMaxUuidBytes);
+  uint32_t numa = 0;
+  r.get(&numa);
+  info.numa = int32_t(numa);
+  // Counts are checked before anything is allocated for them; a read that
+  // runs short is reported by finish().
+  bool tooMany = false;
+  auto getPath = [&](std::vector<std::string>* path) {
+    uint32_t n = 0;
+    if (!r.get(&n)) return false;
+    if (n > kMaxPciDepth) return !(tooMany = true);
+    path->resize(n);
+    for (auto& id : *path) {
+      if (!r.getString(&id, kMaxNameBytes)) return false;
+    }
+    return true;
+  };
+  bool ok = getPath(&info.pciPath);
+  uint32_t nics = 0;
+  ok = ok && r.get(&nics);
+  if (ok && nics > kMaxNics) ok = !(tooMany = true);
+  if (ok) info.nics.resize(nics);
+  for (size_t i = 0; ok && i < info.nics.size(); ++i) {
+    auto& nic = info.nics[i];
+    uint32_t nicNuma = 0;
+    ok = r.getString(&nic.name, kMaxNameBytes) && r.get(&nic.speedMbps) && r.get(&nicNuma) && getPath(&nic.pciPath);
+    nic.numa = int32_t(nicNuma);
+  }
+  if (tooMany) return remoteError("the peer sent a rank info with too many PCI levels or NICs");
+  if (!ok) {
+    LOOM_TRY(r.finish());
+    return remoteError("the peer sent a malformed rank info");
+  }
   r.getString(&info.hostname, kMaxHostnameBytes);
   LOOM_TRY(r.finish());
   return info;

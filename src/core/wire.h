@@ -11,6 +11,7 @@
 
 #include "common/status.h"
 
+#include "topology/schedule.h"
 #include "transport/net/socket.h"
 
 namespace loom::core::wire {
@@ -68,10 +69,18 @@ struct RankInfo {
   uint32_t mode = 0;                 // 0 host, 1 cuda
   uint32_t cudaDevice = UINT32_MAX;  // or UINT32_MAX
   std::string gpuUuid;               // cuda mode: the device's UUID (hex), at most kMaxUuidBytes
+  // Where the rank sits in its host's topology, and the host's NICs: every
+  // rank builds the same rings and trees from these (topology/schedule.h).
+  int32_t numa = -1;
+  std::vector<std::string> pciPath;  // at most kMaxPciDepth bus ids
+  std::vector<topology::NicPlace> nics;  // at most kMaxNics
   std::string hostname;              // at most kMaxHostnameBytes
 };
-// 2: gpuUuid (before the hostname).
-constexpr uint32_t kRankInfoVersion = 2;
+// 2: gpuUuid (before the hostname). 3: numa, pciPath, nics (before the hostname).
+constexpr uint32_t kRankInfoVersion = 3;
+constexpr size_t kMaxPciDepth = 16;
+constexpr size_t kMaxNics = 32;
+constexpr size_t kMaxNameBytes = 64;  // a bus id or NIC name
 constexpr size_t kMaxUuidBytes = 64;
 constexpr size_t kMaxHostnameBytes = 255;
 constexpr uint32_t kMaxRankInfoBytes = 64 << 10;  // room for what later versions carry

@@ -55,6 +55,14 @@ class CudaApi final : public Api {
     return Status::ok();
   }
 
+  Result<std::string> pciBusId(int device) override {
+    char id[32] = {};
+    if (cudaError_t e = cudaDeviceGetPCIBusId(id, sizeof id, device); e != cudaSuccess) {
+      return failure("cudaDeviceGetPCIBusId", e);
+    }
+    return std::string(id);
+  }
+
   Result<std::string> deviceUuid(int device) override {
     cudaDeviceProp prop{};
     if (cudaError_t e = cudaGetDeviceProperties(&prop, device); e != cudaSuccess) {

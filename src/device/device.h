@@ -48,6 +48,8 @@ class Api {
   virtual Status setDevice(int device) = 0;
   // The device's UUID, 32 hex digits.
   virtual Result<std::string> deviceUuid(int device) = 0;
+  // The device's PCI bus id ("0000:18:00.0"), to place it in the topology.
+  virtual Result<std::string> pciBusId(int device) = 0;
 
   // A stream owned by loom, not synchronizing with the legacy default stream.
   virtual Result<Stream> createStream() = 0;

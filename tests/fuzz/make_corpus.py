@@ -36,9 +36,18 @@ def hello(kind, from_rank, to_rank, channel=0, index=0, count=0, payload=0, secr
                        count, payload)
 
 
-def rank_info(addr, pid, host, host_hash=0x1234, mode=0, cuda=0xFFFFFFFF, uuid=b"", version=2):
+def pci_path(ids):
+    return struct.pack("<I", len(ids)) + b"".join(struct.pack("<I", len(i)) + i for i in ids)
+
+
+def rank_info(addr, pid, host, host_hash=0x1234, mode=0, cuda=0xFFFFFFFF, uuid=b"", version=3, numa=0,
+              path=(), nics=()):
+    # nics: (name, speed Mbit/s, numa, pci path) tuples
+    topo = struct.pack("<I", numa & 0xFFFFFFFF) + pci_path(path) + struct.pack("<I", len(nics)) + b"".join(
+        struct.pack("<I", len(n)) + n + struct.pack("<QI", speed, nn & 0xFFFFFFFF) + pci_path(p)
+        for n, speed, nn, p in nics)
     return (struct.pack("<I", version) + addr + struct.pack("<IQIII", pid, host_hash, mode, cuda, len(uuid)) + uuid +
-            struct.pack("<I", len(host)) + host)
+            topo + struct.pack("<I", len(host)) + host)
 
 
 def table(*blobs):
@@ -79,7 +88,7 @@ def seeds_hello():
 
 
 def seeds_root_join():
-    def join(rank, nranks, host=b"host", payload=None, secret=SECRET, kind=KIND_JOIN, version=2):
+    def join(rank, nranks, host=b"host", payload=None, secret=SECRET, kind=KIND_JOIN, version=3):
         info = rank_info(addr_v4([10, 0, 0, rank & 255], 29500 + (rank & 1023)), 1000 + rank, host, version=version)
         return hello(kind, rank, nranks, payload=len(info) if payload is None else payload, secret=secret,
                      comm=0) + info
@@ -90,7 +99,7 @@ def seeds_root_join():
         "same_rank_twice": bytes([2]) + join(1, 2) + join(1, 2),
         "long_host": bytes([0]) + join(0, 2, host=b"A" * 255),
         "too_long_host": bytes([0]) + join(0, 2, host=b"A" * 256),
-        "other_version": bytes([0]) + join(0, 2, version=3),
+        "other_version": bytes([0]) + join(0, 2, version=2),
         "bad_payload": bytes([0]) + join(0, 2, payload=7),
         "rank_out_of_range": bytes([0]) + join(5, 5),
         "wrong_secret": bytes([0]) + join(0, 2, secret=(SECRET[0], 0)),
@@ -101,7 +110,9 @@ def seeds_root_join():
 def seeds_endpoints():
     info = rank_info(addr_v4([127, 0, 0, 1], 40000), 4242, b"node-a")
     info2 = rank_info(addr_v6([0] * 15 + [1], 40001), 4243, b"node-b", mode=1, cuda=0,
-                      uuid=b"0123456789abcdef0123456789abcdef")
+                      uuid=b"0123456789abcdef0123456789abcdef", numa=1,
+                      path=(b"0000:15:00.0", b"0000:18:00.0"),
+                      nics=((b"mlx5_0", 400000, 1, (b"0000:15:00.0", b"0000:1a:00.0")), (b"eth0", 25000, -1, ())))
     return {
         "shm": bytes([0]) + shm_endpoint(),
         "shm_other_version": bytes([0]) + shm_endpoint(version=2),
@@ -110,6 +121,7 @@ def seeds_endpoints():
         "rank_info_trailing": bytes([1]) + info + b"\0",
         "rank_info_empty_host": bytes([1]) + rank_info(addr_v4([10, 1, 2, 3], 1), 1, b""),
         "table_two": bytes([2, 1]) + table(info, info2),
+        "rank_info_topology": bytes([1]) + info2,
         "table_one_of_three": bytes([2, 2]) + table(info),
         "cudaipc": bytes([3]) + cudaipc_endpoint(),
         "cudaipc_truncated": bytes([3]) + cudaipc_endpoint()[:-4],
@@ -274,8 +286,22 @@ def seeds_shm_inbox():
     }
 
 
+def seeds_topology_xml():
+    fixtures = os.path.join(os.path.dirname(CORPUS), "..", "topology", "fixtures")
+    seeds = {}
+    for name in sorted(os.listdir(fixtures)):
+        with open(os.path.join(fixtures, name), "rb") as f:
+            seeds[name] = f.read()
+    seeds["entities.xml"] = b'<system version="1"><cpu numaid="0" vendor="a&amp;b&#65;&#x42;">' \
+        b'<pci busid="1:0.0" class="0x020000"/></cpu></system>'
+    seeds["comment-cdata.xml"] = b'<?xml version="1.0"?><!DOCTYPE x><system><!-- c --><cpu numaid="3">' \
+        b'<![CDATA[ text ]]><nic><net name="e" speed="1000"/></nic></cpu></system>'
+    return seeds
+
+
 def main():
     targets = {
+        "topology_xml": seeds_topology_xml(),
         "hello": seeds_hello(), "root_join": seeds_root_join(), "comm_id": seeds_comm_id(),
         "settings": seeds_settings(), "tcp_frames": seeds_tcp_frames(), "shm_inbox": seeds_shm_inbox(),
         "endpoints": seeds_endpoints(),

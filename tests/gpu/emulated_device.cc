@@ -139,6 +139,14 @@ Result<std::string> EmulatedDevice::deviceUuid(int device) {
   return std::string(hex);
 }
 
+// Emulated devices sit at bus ids no topology lists: ranks on them are
+// placed by their NUMA node alone.
+Result<std::string> EmulatedDevice::pciBusId(int device) {
+  char id[32];
+  std::snprintf(id, sizeof id, "00ee:%02x:00.0", device & 0xff);
+  return std::string(id);
+}
+
 Result<device::Stream> EmulatedDevice::createStream() {
   static std::atomic<uint64_t> seeds{100};
   auto q = std::make_unique<Queue>(options_.maxDelayUs, seeds++);

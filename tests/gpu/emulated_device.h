@@ -51,6 +51,7 @@ class EmulatedDevice final : public device::Api {
   Result<int> currentDevice() override;
   Status setDevice(int device) override;
   Result<std::string> deviceUuid(int device) override;
+  Result<std::string> pciBusId(int device) override;
   Result<device::Stream> createStream() override;
   void destroyStream(device::Stream stream) override;
   Status synchronize(device::Stream stream) override;

@@ -7,7 +7,11 @@
 #include <nccl.h>
 #include <unistd.h>
 
+#include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <random>
+#include <sstream>
 #include <tuple>
 
 #include "mp_util.h"
@@ -89,6 +93,56 @@ TEST_F(ProcessTest, UniqueIdFromParent) {
     spawn({"suite", "rank=" + std::to_string(r), "nranks=" + std::to_string(n), "id=" + idToHex(id)},
           {"LOOM_TIMEOUT_S=60"});
   expectAllSucceed(100);
+}
+
+// Rings from the topology: 2 "hosts" (NCCL_HOSTID) x 3 ranks, numbered
+// alternately (rank r on host r % 2), each host loaded from the 2-socket
+// fixture (two 100 GbE NICs). Rank order would cross between the hosts at
+// every step; the schedule's two rings cross each host boundary once per
+// direction, and every collective is still right.
+TEST_F(ProcessTest, RingsFromTheTopologyCrossEachHostOnce) {
+  const int n = 6;
+  const int port = freeLoopbackPort();
+  ASSERT_GT(port, 0);
+  const std::string secret = freshSecret();
+  char dump[] = "/tmp/loom-topo-dump-XXXXXX";
+  const int fd = mkstemp(dump);
+  ASSERT_GE(fd, 0);
+  close(fd);
+  for (int r = 0; r < n; ++r) {
+    std::vector<std::string> env = {"NCCL_COMM_ID=127.0.0.1:" + std::to_string(port), "LOOM_COMM_SECRET=" + secret,
+                                    "LOOM_TIMEOUT_S=60", "NCCL_HOSTID=host" + std::to_string(r % 2),
+                                    std::string("NCCL_TOPO_FILE=") + LOOM_TOPO_FIXTURES + "/cpu-2socket.xml",
+                                    "NCCL_DEBUG=INFO", "NCCL_DEBUG_SUBSYS=GRAPH,INIT"};
+    // Host 0's first rank writes its topology (host 1's would too: only
+    // rank 0 is told where, so the file has one writer).
+    if (r == 0) env.push_back(std::string("NCCL_TOPO_DUMP_FILE=") + dump);
+    spawn({"suite", "rank=" + std::to_string(r), "nranks=" + std::to_string(n)}, env);
+  }
+  expectAllSucceed(100);
+  std::ifstream written(dump);
+  const std::string xml((std::istreambuf_iterator<char>(written)), std::istreambuf_iterator<char>());
+  std::remove(dump);
+  EXPECT_NE(xml.find("<system version=\"1\">"), std::string::npos) << xml;
+  EXPECT_NE(xml.find("name=\"ens2f0\""), std::string::npos) << xml;
+  const std::string out = kids_[0]->output();
+  int rings = 0;
+  for (size_t at = out.find("Channel "); at != std::string::npos; at = out.find("Channel ", at + 1)) {
+    const size_t colon = out.find(':', at);
+    const size_t eol = out.find('\n', at);
+    std::vector<int> order;
+    std::istringstream ranks(out.substr(colon + 1, eol - colon - 1));
+    for (int r; ranks >> r;) order.push_back(r);
+    ASSERT_EQ(order.size(), size_t(n)) << out.substr(at, eol - at);
+    int crossings = 0;
+    for (int i = 0; i < n; ++i) crossings += order[size_t(i)] % 2 != order[size_t((i + 1) % n)] % 2;
+    EXPECT_EQ(crossings, 2) << out.substr(at, eol - at);
+    ++rings;
+  }
+  EXPECT_EQ(rings, 2) << out;  // one ring per 100 GbE NIC; the 1 GbE port is left out
+  // Every rank logs its place in both trees, NCCL's way.
+  for (const auto& k : kids_) EXPECT_NE(k->output().find("Trees [0] "), std::string::npos) << k->output();
+  EXPECT_NE(out.find("topology loaded from"), std::string::npos) << out;
 }
 
 // Where no GPU driver is present, auto means host.

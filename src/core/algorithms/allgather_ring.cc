@@ -13,7 +13,8 @@ Plan allGatherRing(const OpDesc& op, const PlanParams& p) {
   if (op.count == 0) return plan;
   const size_t whole = op.count;  // elements per rank
   const size_t nslices = sliceCount(whole, es, p.sliceBytes);
-  const int next = mod(r + 1, n), prev = mod(r - 1, n);
+  const RingView ring(p);
+  const int next = ring.next(), prev = ring.prev();
   const Range all{0, whole};
   for (size_t s = 0; s < nslices; ++s) {
     Range sl = slice(all, whole, nslices, s);
@@ -22,7 +23,7 @@ Plan allGatherRing(const OpDesc& op, const PlanParams& p) {
                          .out = blockAt(r), .bytes = sl.size() * es});
     for (int j = 1; j < n; ++j) {
       steps.push_back(Step{.recvPeer = prev, .sendPeer = j < n - 1 ? next : -1,
-                           .out = blockAt(r - j), .bytes = sl.size() * es});
+                           .out = blockAt(ring.rankAt(ring.self() - j)), .bytes = sl.size() * es});
     }
   }
   return plan;

@@ -11,7 +11,7 @@ Plan allReduceRing(const OpDesc& op, const PlanParams& p) {
   using namespace ring;
   Plan plan = emptyPlan(p, "ring");
   auto& steps = plan.streams[0].steps;
-  const int n = p.nranks, r = p.rank;
+  const int n = p.nranks;
   const size_t es = elemSize(op);
   if (op.count == 0) return plan;
   if (n == 1) {
@@ -21,27 +21,29 @@ Plan allReduceRing(const OpDesc& op, const PlanParams& p) {
   }
   const size_t maxPart = partition(op.count, n, 0, alignElems(op)).size();
   const size_t nslices = sliceCount(maxPart, es, p.sliceBytes);
-  const int next = mod(r + 1, n), prev = mod(r - 1, n);
+  const RingView ring(p);
+  const int q = ring.self(), next = ring.next(), prev = ring.prev();
   for (size_t s = 0; s < nslices; ++s) {
     auto piece = [&](int chunk) {
       return slice(partition(op.count, n, mod(chunk, n), alignElems(op)), maxPart, nslices, s);
     };
     // Reduce-scatter phase: n steps, the first only sends.
-    Range c = piece(r - 1);
+    // Chunks are numbered by ring position.
+    Range c = piece(q - 1);
     steps.push_back(Step{.sendPeer = next, .local = at(kSendBuf, c.begin, es),
                          .bytes = c.size() * es, .reduce = true});
     for (int k = 1; k < n - 1; ++k) {
-      c = piece(r - 1 - k);
+      c = piece(q - 1 - k);
       steps.push_back(Step{.recvPeer = prev, .sendPeer = next, .local = at(kSendBuf, c.begin, es),
                            .bytes = c.size() * es, .reduce = true});
     }
-    c = piece(r);
+    c = piece(q);
     steps.push_back(Step{.recvPeer = prev, .sendPeer = next, .local = at(kSendBuf, c.begin, es),
                          .out = at(kRecvBuf, c.begin, es), .bytes = c.size() * es,
                          .reduce = true, .post = true});
     // All-gather phase: pass the finished chunks on.
     for (int j = 1; j < n; ++j) {
-      c = piece(r - j);
+      c = piece(q - j);
       steps.push_back(Step{.recvPeer = prev, .sendPeer = j < n - 1 ? next : -1,
                            .out = at(kRecvBuf, c.begin, es), .bytes = c.size() * es});
     }

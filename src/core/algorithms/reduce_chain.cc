@@ -9,11 +9,12 @@ Plan reduceChain(const OpDesc& op, const PlanParams& p) {
   using namespace ring;
   Plan plan = emptyPlan(p, "chain");
   auto& steps = plan.streams[0].steps;
-  const int n = p.nranks, r = p.rank;
+  const int n = p.nranks;
   const size_t es = elemSize(op);
   if (op.count == 0) return plan;
-  const int pos = mod(r - op.root - 1, n);  // 0 = start of the chain, n-1 = root
-  const int next = mod(r + 1, n), prev = mod(r - 1, n);
+  const RingView ring(p);
+  const int pos = mod(ring.self() - ring.position(op.root) - 1, n);  // 0 = start of the chain, n-1 = root
+  const int next = ring.next(), prev = ring.prev();
   const size_t nslices = sliceCount(op.count, es, p.sliceBytes);
   const Range all{0, op.count};
   for (size_t s = 0; s < nslices; ++s) {

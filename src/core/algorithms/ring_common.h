@@ -22,4 +22,34 @@ inline Plan emptyPlan(const PlanParams& p, const char* algorithm) {
 
 inline BufRef at(int buf, size_t elem, size_t esize) { return BufRef{buf, elem * esize}; }
 
+// The ring a plan follows: positions 0..n-1 and the ranks on them. The
+// generators work in positions, and name ranks only for peers and for the
+// blocks that belong to a rank (AllGather, ReduceScatter).
+class RingView {
+ public:
+  explicit RingView(const PlanParams& p) : n_(p.nranks) {
+    if (!p.rings.empty()) order_ = &p.rings[size_t(p.ringIndex) % p.rings.size()];
+    self_ = position(p.rank);
+  }
+  int self() const { return self_; }
+  int rankAt(int position) const {
+    const int q = mod(position, n_);
+    return order_ ? (*order_)[size_t(q)] : q;
+  }
+  int position(int rank) const {
+    if (!order_) return rank;
+    for (int q = 0; q < n_; ++q) {
+      if ((*order_)[size_t(q)] == rank) return q;
+    }
+    return rank;  // not reached for a permutation
+  }
+  int next() const { return rankAt(self_ + 1); }
+  int prev() const { return rankAt(self_ - 1); }
+
+ private:
+  int n_;
+  const std::vector<int>* order_ = nullptr;
+  int self_ = 0;
+};
+
 }  // namespace loom::core::ring

@@ -57,7 +57,8 @@ void sizes(const Case& c, size_t* sendElems, size_t* recvElems) {
 // Input element i of rank r: small values so products stay exact in int64.
 int64_t input(int r, size_t i) { return int64_t((r * 7 + i * 3) % 5) - 1; }
 
-void runCase(const Case& c, size_t sliceBytes, int channels = 1) {
+void runCase(const Case& c, size_t sliceBytes, int channels = 1,
+             std::span<const std::vector<int>> rings = {}) {
   SCOPED_TRACE(caseName(c));
   const int n = c.nranks;
   const int root = n > 2 ? 2 : 0;
@@ -90,6 +91,7 @@ void runCase(const Case& c, size_t sliceBytes, int channels = 1) {
     }
     PlanParams p{r, n, sliceBytes};
     p.channels = channels;
+    p.rings = rings;
     p.channelMinBytes = 512;  // small vectors spread over channels too
     bool p2p = c.kind == OpKind::kAllToAll || c.kind == OpKind::kGather || c.kind == OpKind::kScatter;
     auto plan = p2p ? planPointToPoint(std::span<const OpDesc>(&op, 1), p) : planCollective(op, p);
@@ -184,6 +186,45 @@ TEST(PlanSimulator, ChannelsSplitElementwiseCollectives) {
           runCase(Case{kind, n, count, RedOp::kSum, count % 2 == 1}, 1024, channels);
           if (HasFatalFailure()) return;
         }
+}
+
+// Rings from the topology's schedule: any permutation of the ranks, a
+// different one per channel, roots anywhere on them.
+TEST(PlanSimulator, RingsInScheduleOrder) {
+  std::mt19937 rng(7);
+  const OpKind kinds[] = {OpKind::kAllReduce, OpKind::kAllGather, OpKind::kReduceScatter, OpKind::kBroadcast,
+                          OpKind::kReduce};
+  for (int n = 1; n <= 12; ++n) {
+    std::vector<std::vector<int>> rings(3);
+    for (auto& ring : rings) {
+      ring.resize(size_t(n));
+      std::iota(ring.begin(), ring.end(), 0);
+      std::shuffle(ring.begin(), ring.end(), rng);
+    }
+    for (OpKind kind : kinds)
+      for (size_t count : {size_t(0), size_t(1), size_t(37), size_t(4099)})
+        for (int channels : {1, 3}) {
+          runCase(Case{kind, n, count, RedOp::kSum, count % 2 == 1}, 256, channels, rings);
+          if (HasFatalFailure()) return;
+        }
+  }
+}
+
+TEST(PlanSimulator, RingOrderSetsThePeers) {
+  std::vector<std::vector<int>> rings{{0, 2, 1, 3}};
+  OpDesc op;
+  op.kind = OpKind::kAllReduce;
+  op.count = 1024;
+  op.type = DataType::kFloat32;
+  op.reduction = kernels::Reduction{DataType::kFloat32, RedOp::kSum, 0, 1};
+  PlanParams p{2, 4, 512 * 1024};
+  p.rings = rings;
+  auto plan = planCollective(op, p);
+  ASSERT_TRUE(plan.isOk());
+  for (const Step& st : plan->streams[0].steps) {
+    if (st.sendPeer >= 0) EXPECT_EQ(st.sendPeer, 1);
+    if (st.recvPeer >= 0) EXPECT_EQ(st.recvPeer, 0);
+  }
 }
 
 TEST(PlanSimulator, ChannelCountFollowsSizeAndKind) {

@@ -21,6 +21,10 @@ wire::RankInfo sampleInfo() {
   info.hostHash = 0x1122334455667788ull;
   info.mode = 1;
   info.cudaDevice = 3;
+  info.numa = 1;
+  info.pciPath = {"0000:15:00.0", "0000:18:00.0"};
+  info.nics = {topology::NicPlace{"mlx5_0", 400000, 1, {"0000:15:00.0", "0000:1a:00.0"}},
+               topology::NicPlace{"eth0", 25000, -1, {}}};
   info.hostname = "node-17.cluster";
   return info;
 }
@@ -44,6 +48,9 @@ void expectSame(const wire::RankInfo& a, const wire::RankInfo& b) {
   EXPECT_EQ(a.mode, b.mode);
   EXPECT_EQ(a.cudaDevice, b.cudaDevice);
   EXPECT_EQ(a.gpuUuid, b.gpuUuid);
+  EXPECT_EQ(a.numa, b.numa);
+  EXPECT_EQ(a.pciPath, b.pciPath);
+  EXPECT_EQ(a.nics, b.nics);
   EXPECT_EQ(a.hostname, b.hostname);
 }
 
@@ -58,6 +65,23 @@ TEST(Wire, RankInfoRoundTripsAndStartsWithItsVersion) {
   wire::RankInfo longer = sampleInfo();
   longer.hostname += ".example.org";
   EXPECT_EQ(wire::encode(longer).size(), blob.size() + 12);
+}
+
+// Counts that would allocate without bound are refused before allocating.
+TEST(Wire, RankInfoRefusesTooManyNicsOrPciLevels) {
+  wire::RankInfo many = sampleInfo();
+  many.nics.assign(wire::kMaxNics, many.nics[0]);
+  auto blob = wire::encode(many);
+  ASSERT_TRUE(wire::decodeRankInfo(blob).isOk());
+  // The NIC count sits right after the rank's PCI path; raise it past the limit.
+  wire::RankInfo none = sampleInfo();
+  none.nics.clear();
+  auto small = wire::encode(none);
+  const size_t countAt = small.size() - 4 - none.hostname.size() - 4;
+  small[countAt] = uint8_t(wire::kMaxNics + 1);
+  auto r = wire::decodeRankInfo(small);
+  ASSERT_FALSE(r.isOk());
+  EXPECT_NE(r.status().message().find("too many"), std::string::npos) << r.status().message();
 }
 
 TEST(Wire, RankInfoRefusesOtherVersionsShortLongAndOversizedBlobs) {
@@ -104,7 +128,7 @@ TEST(Wire, TableOfBlobsDecodesInRankOrderAndRefusesDamage) {
   EXPECT_NE(wire::decodeTable(table, 3).status().message().find("ends before rank 2"), std::string::npos);
   EXPECT_NE(wire::decodeTable(table, 1).status().message().find("trailing"), std::string::npos);
   auto damaged = table;
-  damaged[0] = 0xff;  // rank 0's length runs past the table
+  damaged[2] = 0xff;  // rank 0's length runs past the table
   EXPECT_NE(wire::decodeTable(damaged, 2).status().message().find("bad entry for rank 0"), std::string::npos);
   damaged = table;
   damaged[4 + 4] ^= 0x55;  // inside rank 0's blob (its listen address) still decodes...
