@@ -280,8 +280,10 @@ class Builder {
       LOOM_ASSIGN_OR_RETURN(long long tclass, number(*e, "tclass", 0));
       if (count < 1 || count > 1024) return failAt(*e, "count out of range");
       const std::string target = normalizeBusId(*rawTarget);
-      const Node& g = topo_.nodes[size_t(gpu)];
-      if (target == g.busId) continue;  // some VM files point a GPU at itself
+      // Copies: adding the NVSwitch node below may move the nodes.
+      const std::string gpuBusId = topo_.nodes[size_t(gpu)].busId;
+      const int sm = topo_.nodes[size_t(gpu)].sm;
+      if (target == gpuBusId) continue;  // some VM files point a GPU at itself
       int peer = -1;
       for (int i = 0; i < int(topo_.nodes.size()); ++i) {
         const auto& n = topo_.nodes[size_t(i)];
@@ -293,7 +295,7 @@ class Builder {
         peer = nvswitch;
       }
       if (peer < 0) continue;  // a GPU this file does not list
-      const double gbs = double(count) * nvlinkGBs(g.sm);
+      const double gbs = double(count) * nvlinkGBs(sm);
       bool seen = false;
       for (auto& l : topo_.links) {
         if (l.type == LinkType::kNvLink && ((l.a == gpu && l.b == peer) || (l.a == peer && l.b == gpu))) {
