@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <numeric>
 #include <thread>
@@ -80,6 +81,39 @@ TEST(CommFeatures, NcclNetNamesARequiredNetwork) {
     EXPECT_EQ(sum, 2);
   });
   for (ncclComm_t c : comms) EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
+}
+
+// NCCL_TOPO_FILE that cannot be read fails init with the file, line and
+// element; a good one is used.
+TEST(CommFeatures, TopologyFileIsReadAtInit) {
+  char path[] = "/tmp/loom-topo-file-XXXXXX";
+  const int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  const std::string bad = "<system version=\"1\">\n  <cpu numaid=\"x\"/>\n</system>\n";
+  ASSERT_EQ(write(fd, bad.data(), bad.size()), ssize_t(bad.size()));
+  close(fd);
+  {
+    ScopedEnv env({std::string("NCCL_TOPO_FILE=") + path});
+    ncclUniqueId id;
+    ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+    ncclComm_t comm = nullptr;
+    EXPECT_EQ(ncclCommInitRank(&comm, 1, id, 0), ncclInvalidArgument);
+    EXPECT_EQ(comm, nullptr);
+    const std::string err = ncclGetLastError(nullptr);
+    EXPECT_NE(err.find(std::string(path) + ":2: <cpu numaid=\"x\">"), std::string::npos) << err;
+  }
+  FILE* f = std::fopen(path, "w");
+  ASSERT_NE(f, nullptr);
+  std::fputs("<system version=\"1\"><cpu numaid=\"0\"><nic><net name=\"n0\" speed=\"100000\"/></nic></cpu>"
+             "</system>\n", f);
+  std::fclose(f);
+  {
+    ScopedEnv env({std::string("NCCL_TOPO_FILE=") + path});
+    auto comms = initAll(2);
+    allReduceAndCheck(comms, 100);
+    destroyAll(comms);
+  }
+  std::remove(path);
 }
 
 // Sockets this process holds (each rank's TCP connections, bootstrap ones).
