@@ -271,6 +271,15 @@ std::string hex(uint32_t v, int digits) {
   return s;
 }
 
+void addNet(xml::Element& nic, const NetPort& n) {
+  xml::Element& e = nic.add("net");
+  e.set("name", n.name);
+  e.set("dev", std::to_string(n.dev));
+  e.set("speed", std::to_string(n.speedMbps));
+  e.set("port", std::to_string(n.port));
+  e.set("loom_link", n.linkLayer);
+}
+
 // Builds NCCL's XML: a <cpu> per NUMA node, below it the PCI functions that
 // matter (GPUs, NICs, NVSwitches) with the bridges above them, NIC ports in
 // <nic><net>, GPUs in <gpu> with their <nvlink>s.
@@ -328,12 +337,7 @@ xml::Element toXml(const Machine& m, const std::vector<NetPort>& nets, const std
     for (const auto& n : nets) {
       if (n.busId != busId) continue;
       if (!nic) nic = &parent.add("nic");
-      xml::Element& e = nic->add("net");
-      e.set("name", n.name);
-      e.set("dev", std::to_string(n.dev));
-      e.set("speed", std::to_string(n.speedMbps));
-      e.set("port", std::to_string(n.port));
-      e.set("loom_link", n.linkLayer);
+      addNet(*nic, n);
     }
   };
   // Children of each kept function, in bus-id order.
@@ -378,20 +382,12 @@ xml::Element toXml(const Machine& m, const std::vector<NetPort>& nets, const std
   // Interfaces with no PCI function (virtual, or a PCI tree we cannot see).
   for (const auto& n : nets) {
     if (n.busId.empty() || !byId.count(n.busId)) {
-      NetPort v = n;
-      v.busId = "";
       xml::Element& cpu = cpuFor(firstNuma);
       xml::Element* nic = nullptr;
       for (auto& c : cpu.children) {
         if (c.name == "nic") nic = &c;
       }
-      if (!nic) nic = &cpu.add("nic");
-      xml::Element& e = nic->add("net");
-      e.set("name", v.name);
-      e.set("dev", std::to_string(v.dev));
-      e.set("speed", std::to_string(v.speedMbps));
-      e.set("port", std::to_string(v.port));
-      e.set("loom_link", v.linkLayer);
+      addNet(nic ? *nic : cpu.add("nic"), n);
     }
   }
   return system;
