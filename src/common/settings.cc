@@ -71,6 +71,11 @@ constexpr Spec kTable[] = {
     // Init, timeouts and failures
     {"LOOM_INIT_TIMEOUT_S", T::kInt, "300", "INIT",
      "Seconds init waits for all ranks to join before it fails, naming the ranks missing."},
+    {"LOOM_STALL_WARN_S", T::kInt, "60", "COLL",
+     "Seconds an operation may make no progress before each waiting rank logs a WARN naming the "
+     "communicator, the operation with its sequence number and the ranks it waits for (host, pid); "
+     "repeated every period while the stall lasts. Nothing fails: the operation completes if they "
+     "catch up. 0 = off."},
     {"LOOM_TIMEOUT_S", T::kInt, "1800", "COLL",
      "Seconds an operation may make no progress before it fails with ncclRemoteError, naming the "
      "ranks it waits for. 0 = wait forever."},

@@ -63,6 +63,7 @@ CommOptions CommOptions::fromSettings() {
   const auto maxChannels = std::clamp<int64_t>(cfg->getInt("NCCL_MAX_NCHANNELS"), 1, 32);
   o.channels = int(std::clamp<int64_t>(cfg->getInt("NCCL_MIN_NCHANNELS"), 1, maxChannels));
   o.timeoutS = double(cfg->getInt("LOOM_TIMEOUT_S"));
+  o.stallWarnS = double(std::max<int64_t>(0, cfg->getInt("LOOM_STALL_WARN_S")));
   o.initTimeoutS = double(std::max<int64_t>(cfg->getInt("LOOM_INIT_TIMEOUT_S"), 1));
   o.link.selection = transport::Selection::fromSettings();
   o.device = threadDevice().empty() ? cfg->getString("LOOM_DEVICE") : threadDevice();

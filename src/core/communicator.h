@@ -55,6 +55,7 @@ struct CommOptions {
   size_t sliceBytes = 512 * 1024;
   int channels = 1;  // connections per peer pair (plans address (peer, channel))
   double timeoutS = 1800;
+  double stallWarnS = 60;  // 0: no stall warnings
   double initTimeoutS = 300;
   // Buffer mode wanted: "auto", "host" or "cuda" (LOOM_DEVICE; core/mode.h).
   std::string device = "auto";

@@ -51,6 +51,7 @@ struct CommRun {
   std::vector<Task> tasks;
   size_t current = 0;
   std::unique_ptr<PlanRunner> runner;
+  int stallWarnings = 0;  // stall warnings logged since the group last progressed
   bool done() const { return current >= tasks.size(); }
 };
 
@@ -129,6 +130,7 @@ class Engine {
       if (allDone) return Status::ok();
       if (progressed) {
         lastProgress_ = Clock::now();
+        for (CommRun& cr : runs_) cr.stallWarnings = 0;
         idle = 0;
         continue;
       }
@@ -199,7 +201,18 @@ class Engine {
     comm->pollNotices();
     LOOM_TRY(comm->asyncError());
     const double timeout = comm->options().timeoutS;
-    if (timeout > 0 && secondsSince(lastProgress_) > timeout) {
+    const double stalled = secondsSince(lastProgress_);
+    // The stall inspector: one WARN per period of no progress, naming who
+    // is late; nothing fails because of it.
+    const double period = comm->options().stallWarnS;
+    if (period > 0 && stalled >= period * double(cr.stallWarnings + 1) && (timeout <= 0 || stalled < timeout)) {
+      ++cr.stallWarnings;
+      LOOM_WARN("%s: %s has made no progress for %d s; waiting for %s (LOOM_STALL_WARN_S=%d; it fails after "
+                "LOOM_TIMEOUT_S=%d s)",
+                comm->describe().c_str(), cr.tasks[cr.current].name.c_str(), int(stalled), waitingList(cr).c_str(),
+                int(period), int(timeout));
+    }
+    if (timeout > 0 && stalled > timeout) {
       return remoteError(cr.tasks[cr.current].name + " made no progress for " +
                          std::to_string(int(timeout)) + " s (LOOM_TIMEOUT_S); waiting for " +
                          waitingList(cr));

@@ -132,6 +132,50 @@ TEST_F(FailureTest, OperationTimeoutNamesTheRankWaitedFor) {
   EXPECT_EQ(sleeper.status(), 0) << sleeper.output();
 }
 
+// The stall inspector: rank 1 joins an AllReduce 3 s late. With
+// LOOM_STALL_WARN_S=1 the waiting ranks log a WARN each second naming the
+// operation with its sequence number and rank 1 (host, pid); then the
+// AllReduce completes with the right sum and no async error.
+TEST_F(FailureTest, StallWarningsNameTheLateRankAndNothingFails) {
+  for (int r = 0; r < 3; ++r)
+    spawn({"late", "rank=" + std::to_string(r), "nranks=3", "late=1", "sleep=3"},
+          commEnv({"LOOM_STALL_WARN_S=1", "LOOM_TIMEOUT_S=60", "NCCL_DEBUG=WARN"}));
+  int namesLate = 0;
+  for (int r = 0; r < 3; ++r) {
+    ChildProcess& k = *kids_[size_t(r)];
+    ASSERT_TRUE(k.wait(kEndsWithinS)) << k.output();
+    const std::string out = k.output();
+    EXPECT_EQ(k.status(), 0) << out;
+    EXPECT_EQ(resultField(out, "code"), "0") << out;
+    int warnings = 0;
+    for (size_t at = out.find("has made no progress for"); at != std::string::npos;
+         at = out.find("has made no progress for", at + 1)) {
+      ++warnings;
+      const size_t bol = out.rfind('\n', at) + 1;
+      const std::string line = out.substr(bol, out.find('\n', at) - bol);
+      EXPECT_NE(line.find("AllReduce #"), std::string::npos) << line;
+      EXPECT_NE(line.find("LOOM_STALL_WARN_S=1"), std::string::npos) << line;
+      // Each names the peer it waits for directly, with host and pid: rank
+      // 1, or a rank that itself waits for rank 1.
+      bool namesPeer = false;
+      for (int p = 0; p < 3; ++p) {
+        if (p != r && namesRank(line, p) && line.find("pid " + std::to_string(kids_[size_t(p)]->pid())) != std::string::npos) {
+          namesPeer = true;
+          namesLate += p == 1;
+        }
+      }
+      EXPECT_TRUE(namesPeer) << line;
+    }
+    if (r == 1) {
+      EXPECT_EQ(warnings, 0) << "the late rank itself waited for nobody:\n" << out;
+    } else {
+      EXPECT_GE(warnings, 2) << out;
+      EXPECT_LE(warnings, 4) << "one warning per period:\n" << out;
+    }
+  }
+  EXPECT_GT(namesLate, 0) << "no warning named the late rank 1";
+}
+
 // Rank 0 (a thread) is blocked in an AllReduce that rank 1 never joins;
 // ncclCommAbort from another thread must make it return.
 TEST_F(FailureTest, AbortFromAnotherThreadWakesABlockedAllReduce) {

@@ -13,6 +13,8 @@
 //           before step `kill_step`; the others report the failure
 //   skip    rank `skipper` sleeps `sleep` seconds instead of joining an
 //           AllReduce; the others report how their AllReduce ended
+//   late    rank `late` sleeps `sleep` seconds, then joins an AllReduce
+//           that the others started at once; everyone checks the sum
 //   init    init only (then one checked AllReduce when it succeeded)
 //   rogue   connect to addr=host:port, send mode=garbage|silent, report
 //           whether the peer closed the connection without answering
@@ -191,6 +193,21 @@ int runSkip(const Args& a, ncclComm_t comm, int rank) {
   return rc == ncclRemoteError ? 0 : 1;
 }
 
+int runLate(const Args& a, ncclComm_t comm, int rank, int nranks) {
+  if (rank == a.getInt("late", 1)) std::this_thread::sleep_for(std::chrono::seconds(a.getInt("sleep", 3)));
+  std::vector<float> x(1024, float(rank)), y(1024, -1.0f);
+  const auto t0 = Clock::now();
+  ncclResult_t rc = ncclAllReduce(x.data(), y.data(), x.size(), ncclFloat32, ncclSum, comm, nullptr);
+  const float want = float(nranks * (nranks - 1) / 2);
+  const bool right = rc == ncclSuccess && y[0] == want && y[1023] == want;
+  ncclResult_t async = ncclSuccess;
+  ncclCommGetAsyncError(comm, &async);
+  result(rc == ncclSuccess && !right ? 99 : int(rc), loom::test::secondsSince(t0), 0,
+         rc != ncclSuccess ? ncclGetLastError(comm) : right ? (async == ncclSuccess ? "" : "async error set") : "wrong sum");
+  ncclCommDestroy(comm);
+  return right && async == ncclSuccess ? 0 : 1;
+}
+
 int runRogue(const Args& a) {
   const std::string addr = a.get("addr"), mode = a.get("mode", "garbage");
   const double holdS = double(a.getInt("hold", 60));
@@ -273,6 +290,7 @@ int main(int argc, char** argv) {
   }
   if (scenario == "loop") return runLoop(a, comm, rank, n);
   if (scenario == "skip") return runSkip(a, comm, rank);
+  if (scenario == "late") return runLate(a, comm, rank, n);
   if (scenario == "init") {
     Case c;
     c.coll = Coll::kAllReduce;
