@@ -343,7 +343,9 @@ xml::Element toXml(const Machine& m, const std::vector<NetPort>& nets, const std
   // Children of each kept function, in bus-id order.
   std::map<std::string, std::vector<const PciFunction*>> below;
   for (const auto& f : m.pci) {
-    if (keep.count(f.busId)) below[keep.count(f.parent) ? f.parent : ""].push_back(&f);
+    // Under its parent when that is listed and kept, else at the top.
+    const bool underParent = byId.count(f.parent) && keep.count(f.parent);
+    if (keep.count(f.busId)) below[underParent ? f.parent : ""].push_back(&f);
   }
   std::function<void(xml::Element&, const PciFunction&)> addPci = [&](xml::Element& parent, const PciFunction& f) {
     xml::Element& e = parent.add("pci");

@@ -18,7 +18,9 @@ struct NvmlPciInfo {  // nvmlPciInfo_t, as filled by the _v3 call
   char busId[32];
 };
 constexpr unsigned kMaxNvLinks = 18;
-constexpr int kNvLinkDeviceSwitch = 1;  // NVML_NVLINK_DEVICE_TYPE_SWITCH
+// nvmlNvLinkDeviceType_t: 0 GPU, 1 IBM NPU, 2 switch, 0xFF unknown.
+constexpr int kNvLinkDeviceGpu = 0;
+constexpr int kNvLinkDeviceSwitch = 2;
 
 struct LibraryCloser {
   void operator()(void* h) const { dlclose(h); }
@@ -79,11 +81,16 @@ std::vector<GpuInfo> nvmlGpus() {
       if (linkState(handles[i], link, &active) != 0 || active != 1) continue;
       if (remotePci(handles[i], link, &remote) != 0) continue;
       const std::string target = normalizeBusId(remote.busId);
-      uint32_t cls = 0x068000;  // not one of our GPUs: an NVSwitch ...
-      int type = -1;
-      if (remoteType && remoteType(handles[i], link, &type) == 0 && type != kNvLinkDeviceSwitch) cls = 0x030200;
+      // The driver says what is at the other end where it can; otherwise a
+      // GPU of this machine is a GPU and anything else an NVSwitch.
+      uint32_t cls = 0x068000;
       for (const auto& other : gpus) {
-        if (other.busId == target) cls = 0x030200;  // ... unless it is
+        if (other.busId == target) cls = 0x030200;
+      }
+      int type = -1;
+      if (remoteType && remoteType(handles[i], link, &type) == 0) {
+        if (type == kNvLinkDeviceSwitch) cls = 0x068000;
+        if (type == kNvLinkDeviceGpu) cls = 0x030200;
       }
       auto& entry = gpus[i].nvlinks[target];
       entry.first += 1;

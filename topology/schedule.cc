@@ -39,7 +39,7 @@ std::vector<const NicPlace*> channelNics(const HostPlace& host) {
   for (const auto& n : host.nics) fastest = std::max(fastest, n.speedMbps);
   std::map<uint64_t, std::map<int, std::vector<const NicPlace*>>, std::greater<>> bySpeed;
   for (const auto& n : host.nics) {
-    if (n.speedMbps * 4 >= fastest) bySpeed[n.speedMbps][n.numa].push_back(&n);
+    if (n.speedMbps >= fastest / 4) bySpeed[n.speedMbps][n.numa].push_back(&n);
   }
   std::vector<const NicPlace*> out;
   for (auto& [speed, byNuma] : bySpeed) {
@@ -125,9 +125,23 @@ std::vector<int> inorderTree(int n) {
 HostPlace hostPlace(const Topology& topo, std::string name) {
   HostPlace h;
   h.name = std::move(name);
+  // A NIC is a PCI function: its InfiniBand port and its netdev count once
+  // (the faster one). Interfaces with no PCI function (bridges, veths,
+  // tunnels) count only on a host that has no PCI NIC at all.
+  std::map<std::string, size_t> byFunction;
   for (int n : topo.ofType(NodeType::kNet)) {
     const Node& x = topo.nodes[size_t(n)];
+    if (!x.busId.empty()) {
+      auto [it, added] = byFunction.emplace(x.busId, h.nics.size());
+      if (!added) {
+        if (x.speedMbps > h.nics[it->second].speedMbps) h.nics[it->second] = NicPlace{x.id, x.speedMbps, x.numa, pathDown(topo, n)};
+        continue;
+      }
+    }
     h.nics.push_back(NicPlace{x.id, x.speedMbps, x.numa, pathDown(topo, n)});
+  }
+  if (!byFunction.empty()) {
+    std::erase_if(h.nics, [](const NicPlace& nic) { return nic.pciPath.empty(); });
   }
   return h;
 }
@@ -250,6 +264,12 @@ int hostDepth(const Layout& layout, const Tree& tree) {
 
 Status checkSchedule(const Layout& layout, const Schedule& s) {
   const int n = int(layout.ranks.size());
+  if (n == 0) {
+    return s.rings.empty() ? Status::ok() : internalError("rings for a layout without ranks");
+  }
+  for (const auto& r : layout.ranks) {
+    if (r.host < 0 || r.host >= int(layout.hosts.size())) return internalError("a rank on a host the layout lacks");
+  }
   std::set<int> hostsUsed;
   for (const auto& r : layout.ranks) hostsUsed.insert(r.host);
   const int H = int(hostsUsed.size());
@@ -275,6 +295,23 @@ Status checkSchedule(const Layout& layout, const Schedule& s) {
       return internalError(name + " crosses host boundaries " + std::to_string(crossings) + " times for " +
                            std::to_string(H) + " hosts");
     }
+    if (s.rings[c].exitNic.size() != layout.hosts.size()) return internalError(name + " names no NIC per host");
+    // Each host is left from one of its ranks closest to the ring's NIC.
+    for (int i = 0; i < n && H > 1; ++i) {
+      const int from = o[size_t(i)], to = o[size_t((i + 1) % n)];
+      const int h = layout.ranks[size_t(from)].host;
+      if (layout.ranks[size_t(to)].host == h) continue;
+      const auto& nics = layout.hosts[size_t(h)].nics;
+      const auto nic = std::find_if(nics.begin(), nics.end(),
+                                    [&](const NicPlace& x) { return x.name == s.rings[c].exitNic[size_t(h)]; });
+      if (nic == nics.end()) continue;  // a host without NICs
+      for (int r = 0; r < n; ++r) {
+        if (layout.ranks[size_t(r)].host == h && distance(layout.ranks[size_t(r)], *nic) < distance(layout.ranks[size_t(from)], *nic)) {
+          return internalError(name + " leaves host " + std::to_string(h) + " from rank " + std::to_string(from) +
+                               ", but rank " + std::to_string(r) + " is closer to " + nic->name);
+        }
+      }
+    }
     for (int h : hostsUsed) {
       if (usableNics(layout.hosts[size_t(h)]).size() < s.rings.size()) continue;
       for (size_t d = 0; d < c; ++d) {
@@ -289,7 +326,18 @@ Status checkSchedule(const Layout& layout, const Schedule& s) {
   for (int t = 0; t < 2; ++t) {
     const Tree& tree = s.trees[size_t(t)];
     const std::string name = "tree " + std::to_string(t);
-    if (int(tree.parent.size()) != n || int(tree.children.size()) != n) return internalError(name + " does not cover every rank");
+    if (int(tree.parent.size()) != n || int(tree.children.size()) != n || tree.root < 0 || tree.root >= n) {
+      return internalError(name + " does not cover every rank");
+    }
+    for (int r = 0; r < n; ++r) {
+      const int p = tree.parent[size_t(r)];
+      if (p >= n || p < -1) return internalError(name + ": rank " + std::to_string(r) + " has a parent out of range");
+      for (int k : tree.children[size_t(r)]) {
+        if (k < 0 || k >= n || tree.parent[size_t(k)] != r) {
+          return internalError(name + ": rank " + std::to_string(r) + " lists a child that is not its child");
+        }
+      }
+    }
     int roots = 0;
     for (int r = 0; r < n; ++r) {
       const int p = tree.parent[size_t(r)];

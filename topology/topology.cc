@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <cmath>
 #include <cstdio>
 #include <map>
+#include <set>
 
 namespace loom::topology {
 
@@ -66,10 +68,11 @@ std::string normalizeBusId(std::string id) {
 double pciGBs(const std::string& linkSpeed, int width) {
   if (width <= 0) return 0;
   double gt = 0;
-  if (std::sscanf(linkSpeed.c_str(), "%lf", &gt) != 1 || gt <= 0) return 0;
+  if (std::sscanf(linkSpeed.c_str(), "%lf", &gt) != 1 || !(gt > 0) || !std::isfinite(gt)) return 0;
   // 8b/10b encoding up to 5 GT/s, 128b/130b from 8 GT/s on.
   const double perLane = gt < 8 ? gt * 0.8 / 8 : gt * 128.0 / 130.0 / 8;
-  return perLane * width;
+  const double total = perLane * std::min(width, 64);
+  return std::isfinite(total) ? total : 0;
 }
 
 double nvlinkGBs(int sm) {
@@ -203,9 +206,7 @@ class Builder {
     const std::string* rawId = e.attr("busid");
     if (!rawId || rawId->empty()) return failAt(e, "attribute 'busid' is missing");
     const std::string busId = normalizeBusId(*rawId);
-    for (const auto& n : topo_.nodes) {
-      if (n.busId == busId && n.type != NodeType::kNet) return failAt(e, "PCI device " + busId + " appears twice");
-    }
+    if (!pciIds_.insert(busId).second) return failAt(e, "PCI device " + busId + " appears twice");
     LOOM_ASSIGN_OR_RETURN(long long cls, number(e, "class", 0));
     LOOM_ASSIGN_OR_RETURN(long long width, number(e, "link_width", 0));
     const xml::Element* gpuChild = nullptr;
@@ -223,9 +224,10 @@ class Builder {
       n.dev = int(dev);
       n.sm = int(sm);
     }
-    double gbs = pciGBs(e.attrOr("link_speed", ""), int(width));
+    double gbs = pciGBs(e.attrOr("link_speed", ""), int(std::clamp(width, 0LL, 64LL)));
     if (gbs == 0) gbs = kDefaultPciGBs;
     const int self = add(std::move(n));
+    if (topo_.nodes[size_t(self)].type != NodeType::kPci) linkable_[busId] = self;
     topo_.links.push_back(Link{self, parent, LinkType::kPci, gbs, 1});
     bool nets = false;
     for (const auto& c : e.children) {
@@ -240,7 +242,7 @@ class Builder {
         }
       }
     }
-    if (base == 0x02 && !nets) {
+    if (base == 0x02 && !nets && netNames_.insert(busId).second) {
       // A NIC the file lists without its ports (vendor files leave them to
       // be found at run time): one port of unknown speed, named by bus id.
       const int port = add(node(NodeType::kNet, busId, numa, self, busId));
@@ -254,7 +256,7 @@ class Builder {
       if (c.name != "net") continue;
       const std::string* name = c.attr("name");
       if (!name || name->empty()) return failAt(c, "attribute 'name' is missing");
-      if (topo_.find(NodeType::kNet, *name) >= 0) return failAt(c, "net '" + *name + "' appears twice");
+      if (!netNames_.insert(*name).second) return failAt(c, "net '" + *name + "' appears twice");
       LOOM_ASSIGN_OR_RETURN(long long speed, number(c, "speed", 0));
       LOOM_ASSIGN_OR_RETURN(long long dev, number(c, "dev", -1));
       LOOM_ASSIGN_OR_RETURN(long long port, number(c, "port", 0));
@@ -284,11 +286,8 @@ class Builder {
       const std::string gpuBusId = topo_.nodes[size_t(gpu)].busId;
       const int sm = topo_.nodes[size_t(gpu)].sm;
       if (target == gpuBusId) continue;  // some VM files point a GPU at itself
-      int peer = -1;
-      for (int i = 0; i < int(topo_.nodes.size()); ++i) {
-        const auto& n = topo_.nodes[size_t(i)];
-        if ((n.type == NodeType::kGpu || n.type == NodeType::kNvSwitch) && n.busId == target) peer = i;
-      }
+      auto known = linkable_.find(target);
+      int peer = known == linkable_.end() ? -1 : known->second;
       if (peer < 0 && (tclass >> 8) == 0x0680) {
         // NVSwitches of NVLink 4 are not PCI devices: one node stands for all.
         if (nvswitch < 0) nvswitch = add(node(NodeType::kNvSwitch, "nvswitch", -1, -1, ""));
@@ -296,15 +295,16 @@ class Builder {
       }
       if (peer < 0) continue;  // a GPU this file does not list
       const double gbs = double(count) * nvlinkGBs(sm);
-      bool seen = false;
-      for (auto& l : topo_.links) {
-        if (l.type == LinkType::kNvLink && ((l.a == gpu && l.b == peer) || (l.a == peer && l.b == gpu))) {
-          seen = true;  // both ends list the link: keep the larger count
-          l.count = std::max(l.count, int(count));
-          l.gbs = std::max(l.gbs, gbs);
-        }
+      // Both ends may list the link: one link, the larger count.
+      const auto key = std::minmax(gpu, peer);
+      if (auto at = nvlinkAt_.find(key); at != nvlinkAt_.end()) {
+        Link& l = topo_.links[at->second];
+        l.count = std::max(l.count, int(count));
+        l.gbs = std::max(l.gbs, gbs);
+        continue;
       }
-      if (!seen) topo_.links.push_back(Link{gpu, peer, LinkType::kNvLink, gbs, int(count)});
+      nvlinkAt_[key] = topo_.links.size();
+      topo_.links.push_back(Link{gpu, peer, LinkType::kNvLink, gbs, int(count)});
     }
     return Status::ok();
   }
@@ -312,6 +312,9 @@ class Builder {
   std::string origin_;
   Topology topo_;
   std::vector<std::pair<int, const xml::Element*>> pendingNvlinks_;
+  std::set<std::string> pciIds_, netNames_;
+  std::map<std::string, int> linkable_;  // GPUs and NVSwitches by bus id
+  std::map<std::pair<int, int>, size_t> nvlinkAt_;
 };
 
 std::string sizeText(uint64_t bytes) {

@@ -164,6 +164,7 @@ class Parser {
 
   Status element(Element* el, int depth) {
     if (depth > kMaxDepth) return fail("elements nested deeper than " + std::to_string(kMaxDepth));
+    if (++elements_ > kMaxElements) return fail("more than " + std::to_string(kMaxElements) + " elements");
     if (peek() != '<') return fail("expected an element");
     advance();
     el->line = line_;
@@ -192,6 +193,9 @@ class Parser {
       std::string v;
       LOOM_TRY(value(&v, el->name, key));
       if (el->attr(key)) return fail("<" + el->name + "> has attribute '" + key + "' twice");
+      if (el->attrs.size() >= size_t(kMaxAttributes)) {
+        return fail("<" + el->name + "> has more than " + std::to_string(kMaxAttributes) + " attributes");
+      }
       el->attrs.emplace_back(std::move(key), std::move(v));
     }
     // Content: children, comments and ignored text up to the end tag.
@@ -225,6 +229,7 @@ class Parser {
   std::string_view origin_;
   size_t pos_ = 0;
   int line_ = 1;
+  int elements_ = 0;
 };
 
 void escape(const std::string& v, std::string* out) {

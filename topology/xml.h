@@ -32,6 +32,8 @@ struct Element {
 // Limits that keep a hostile file from exhausting memory or the stack.
 constexpr size_t kMaxBytes = 64u << 20;
 constexpr int kMaxDepth = 64;
+constexpr int kMaxElements = 16384;  // a DGX node's file has about a hundred
+constexpr int kMaxAttributes = 256;  // per element
 
 // Parses one document whose root element is returned. `origin` (a file
 // name) starts every error message: "<origin>:<line>: <what>".

@@ -241,8 +241,16 @@ Status Communicator::initFromId(const uint8_t id[kUniqueIdBytes], int nranks, in
 }
 
 Status placeSelf(wire::RankInfo* self, int device) {
-  LOOM_ASSIGN_OR_RETURN(auto topo, topology::localTopology());
   self->numa = topology::currentNumaNode();
+  auto found = topology::localTopology();
+  if (!found.isOk()) {
+    // A file the user named must load; a machine that cannot be detected
+    // only loses the locality of its rings.
+    if (!settings::current()->getString("NCCL_TOPO_FILE").empty()) return found.takeStatus();
+    LOOM_WARN("%s; rings follow rank order on this host", found.status().message().c_str());
+    return Status::ok();
+  }
+  const auto& topo = found.value();
   if (device >= 0) {
     auto busId = device::api()->pciBusId(device);
     auto place = busId.isOk() ? topology::gpuRank(*topo, 0, busId.value()) : Result<topology::RankPlace>(busId.takeStatus());

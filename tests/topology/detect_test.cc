@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "topology/schedule.h"
 
@@ -59,6 +60,7 @@ class FakeSysfs : public ::testing::Test {
     write("class/infiniband/mlx5_0/ports/1/link_layer", "InfiniBand\n");
     write("class/infiniband/mlx5_0/ports/2/state", "1: DOWN\n");
     netdev("eno1", "devices/pci0000:00/0000:00:1f.6", "1000", "up");
+    netdev("ib0", sw + "/0000:83:00.0", "100000", "up");  // IPoIB on the IB NIC
     netdev("veth0", "", "10000", "up");
     netdev("eth9", "", "10000", "down");
     netdev("lo", "", "", "unknown");
@@ -141,6 +143,13 @@ TEST_F(FakeSysfs, FindsNumaCachesPciTreeGpuAndNics) {
   ASSERT_TRUE(rank.isOk());
   EXPECT_EQ(rank->numa, 1);
   EXPECT_EQ(rank->pciPath, (std::vector<std::string>{"0000:80:01.0", "0000:81:00.0", "0000:82:00.0"}));
+  // For the schedules a NIC is a PCI function: the IB port and its IPoIB
+  // netdev count once (the faster), and the virtual interface not at all
+  // beside PCI NICs.
+  const HostPlace place = hostPlace(t.value(), "h");
+  std::set<std::string> names;
+  for (const auto& nic : place.nics) names.insert(nic.name);
+  EXPECT_EQ(names, (std::set<std::string>{"eno1", "mlx5_0"}));
   // The detected XML loads back to the same graph.
   auto again = fromXml(xml::parse(xml::write(t->xml), "dump").value(), "dump");
   ASSERT_TRUE(again.isOk()) << again.status().message();

@@ -129,6 +129,12 @@ TEST(Schedule, CheckCatchesBrokenSchedules) {
   Schedule sameNic = s;
   sameNic.rings[1].exitNic = sameNic.rings[0].exitNic;
   EXPECT_FALSE(checkSchedule(layout, sameNic).isOk());
+  Schedule wrongExit = s;
+  std::swap(wrongExit.rings[0].exitNic, wrongExit.rings[1].exitNic);  // each leaves from the other socket
+  EXPECT_FALSE(checkSchedule(layout, wrongExit).isOk());
+  Schedule badChild = s;
+  badChild.trees[1].children[0].push_back(99);
+  EXPECT_FALSE(checkSchedule(layout, badChild).isOk());
   Schedule loop = s;
   const int child = loop.trees[0].children[size_t(loop.trees[0].root)][0];
   loop.trees[0].parent[size_t(loop.trees[0].root)] = child;

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <string>
 
@@ -129,6 +130,25 @@ TEST(Topology, BadTopologiesNameFileLineAndElement) {
     auto t = fromXml(std::move(root).value(), "t.xml");
     ASSERT_FALSE(t.isOk()) << c.text;
     EXPECT_NE(t.status().message().find(c.expect), std::string::npos) << t.status().message();
+  }
+}
+
+// Odd values found by fuzzing: a speed that is not a number gets the
+// default bandwidth; a NIC without ports whose bus id is already a port's
+// name does not make a second port of that name.
+TEST(Topology, OddValuesStayUsable) {
+  auto root = xml::parse("<system><cpu numaid=\"0\"><nic><net name=\"0000:01:00.0\" speed=\"1000\"/></nic>"
+                         "<pci busid=\"0000:01:00.0\" class=\"0x020000\" link_speed=\"nan\" link_width=\"16\"/>"
+                         "<pci busid=\"0000:02:00.0\" class=\"0x030000\" link_speed=\"1e308 GT/s\" link_width=\"99999\"/>"
+                         "</cpu></system>",
+                         "odd.xml");
+  ASSERT_TRUE(root.isOk()) << root.status().message();
+  auto t = fromXml(std::move(root).value(), "odd.xml");
+  ASSERT_TRUE(t.isOk()) << t.status().message();
+  EXPECT_EQ(t->ofType(NodeType::kNet).size(), 1u);
+  for (const auto& l : t->links) {
+    EXPECT_TRUE(std::isfinite(l.gbs)) << linkTypeName(l.type);
+    if (l.type == LinkType::kPci) EXPECT_EQ(l.gbs, 24.0);
   }
 }
 

@@ -70,6 +70,21 @@ TEST(TopologyXml, DeepNestingIsAnErrorNotACrash) {
   EXPECT_NE(r.status().message().find("nested deeper"), std::string::npos) << r.status().message();
 }
 
+TEST(TopologyXml, ElementAndAttributeCountsAreBounded) {
+  std::string many = "<system>";
+  for (int i = 0; i <= kMaxElements; ++i) many += "<pci/>";
+  many += "</system>";
+  auto r = parse(many, "many.xml");
+  ASSERT_FALSE(r.isOk());
+  EXPECT_NE(r.status().message().find("more than 16384 elements"), std::string::npos) << r.status().message();
+  std::string wide = "<system";
+  for (int i = 0; i <= kMaxAttributes; ++i) wide += " a" + std::to_string(i) + "=\"1\"";
+  wide += "/>";
+  r = parse(wide, "wide.xml");
+  ASSERT_FALSE(r.isOk());
+  EXPECT_NE(r.status().message().find("more than 256 attributes"), std::string::npos) << r.status().message();
+}
+
 TEST(TopologyXml, MissingFileIsASystemError) {
   auto r = parseFile("/nonexistent/topo.xml");
   ASSERT_FALSE(r.isOk());
