@@ -1,5 +1,5 @@
 # loom-info: version, build features and every setting with its doc.
-add_executable(loom-info ${CMAKE_CURRENT_LIST_DIR}/loom_info/main.cc)
+add_executable(loom-info ${CMAKE_CURRENT_LIST_DIR}/loom_info/main.cc ${CMAKE_CURRENT_LIST_DIR}/loom_info/flight.cc)
 target_link_libraries(loom-info PRIVATE loom_common loom_kernels)
 set_property(GLOBAL APPEND PROPERTY LOOM_TOOL_TARGETS loom-info)
 

@@ -76,6 +76,18 @@ constexpr Spec kTable[] = {
      "communicator, the operation with its sequence number and the ranks it waits for (host, pid); "
      "repeated every period while the stall lasts. Nothing fails: the operation completes if they "
      "catch up. 0 = off."},
+    {"LOOM_FLIGHT_RECORDER_ENTRIES", T::kInt, "2000", "COLL",
+     "Operations each communicator's flight recorder keeps (kind, sequence number, count, type, op, "
+     "root or peer, state, enqueue/start/end times), the newest; 0 = none. Dumped into "
+     "LOOM_FLIGHT_RECORDER_DIR; `loom-info --flight DIR` merges the files."},
+    {"LOOM_FLIGHT_RECORDER_DIR", T::kString, "", "COLL",
+     "Folder the flight recorders are written to, one JSON file per rank and communicator, when a "
+     "communicator fails (an error, the LOOM_TIMEOUT_S timeout) or on LOOM_FLIGHT_RECORDER_SIGNAL. "
+     "Unset: nothing is written."},
+    {"LOOM_FLIGHT_RECORDER_SIGNAL", T::kString, "", "COLL",
+     "A signal (USR1, SIGUSR2, 10) on which every communicator of the process writes its flight "
+     "recorder; the handler installed before loom's still runs. Unset (default): loom installs no "
+     "handler."},
     {"LOOM_TIMEOUT_S", T::kInt, "1800", "COLL",
      "Seconds an operation may make no progress before it fails with ncclRemoteError, naming the "
      "ranks it waits for. 0 = wait forever."},

@@ -64,6 +64,7 @@ CommOptions CommOptions::fromSettings() {
   o.channels = int(std::clamp<int64_t>(cfg->getInt("NCCL_MIN_NCHANNELS"), 1, maxChannels));
   o.timeoutS = double(cfg->getInt("LOOM_TIMEOUT_S"));
   o.stallWarnS = double(std::max<int64_t>(0, cfg->getInt("LOOM_STALL_WARN_S")));
+  o.flightEntries = size_t(std::clamp<int64_t>(cfg->getInt("LOOM_FLIGHT_RECORDER_ENTRIES"), 0, 1 << 20));
   o.initTimeoutS = double(std::max<int64_t>(cfg->getInt("LOOM_INIT_TIMEOUT_S"), 1));
   o.link.selection = transport::Selection::fromSettings();
   o.device = threadDevice().empty() ? cfg->getString("LOOM_DEVICE") : threadDevice();
@@ -123,11 +124,14 @@ Status decodeUniqueId(const uint8_t id[kUniqueIdBytes], net::SocketAddress* root
   return Status::ok();
 }
 
-Communicator::Communicator(const CommOptions& options) : options_(options), ownerPid_(::getpid()) {
+Communicator::Communicator(const CommOptions& options)
+    : options_(options), ownerPid_(::getpid()), flight_(std::make_shared<FlightRecorder>(options.flightEntries)) {
   wakeFd_.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  if (options.flightEntries > 0) registerFlightRecorder(flight_);
 }
 
 Communicator::~Communicator() {
+  unregisterFlightRecorder(flight_.get());
   abort();
   if (initThread_.joinable()) initThread_.join();
   root_.reset();  // stops a rendezvous that is still waiting, and joins it
@@ -329,6 +333,8 @@ Status Communicator::connectPeersAtInit() {
 }
 
 void Communicator::scheduleFromTable() {
+  flight_->setIdentity(FlightRecorder::Identity{bootstrap_->identity().commHash, rank_, nranks_,
+                                                bootstrap_->peer(rank_).hostname});
   topology::Layout layout;
   std::map<uint64_t, int> hostIndex;
   for (int r = 0; r < nranks_; ++r) {
@@ -433,8 +439,17 @@ void Communicator::fail(const Status& status, bool tellPeers) {
     error_ = status;
   }
   LOOM_WARN("%s: %s", describe().c_str(), status.message().c_str());
+  dumpFlightRecorder(status.message());
   if (!tellPeers || !bootstrap_ || nranks_ <= 1 || forkedAway()) return;
   bootstrap_->notifyAll(status.message().substr(0, wire::kMaxNoticeBytes));
+}
+
+void Communicator::dumpFlightRecorder(const std::string& reason) {
+  const std::string dir = settings::current()->getString("LOOM_FLIGHT_RECORDER_DIR");
+  if (dir.empty() || flight_->capacity() == 0) return;
+  auto path = flight_->dump(dir, reason);
+  if (path.isOk()) LOOM_WARN("%s: flight recorder written to %s", describe().c_str(), path->c_str());
+  else LOOM_WARN("%s: flight recorder: %s", describe().c_str(), path.status().message().c_str());
 }
 
 Status Communicator::reportWithin(int ms) {

@@ -36,6 +36,7 @@
 #include "core/bootstrap.h"
 #include "core/device_queue.h"
 #include "core/executor.h"
+#include "core/flight_recorder.h"
 #include "core/mode.h"
 #include "core/op.h"
 #include "core/peer_link.h"
@@ -56,6 +57,7 @@ struct CommOptions {
   int channels = 1;  // connections per peer pair (plans address (peer, channel))
   double timeoutS = 1800;
   double stallWarnS = 60;  // 0: no stall warnings
+  size_t flightEntries = 2000;  // the flight recorder's ring (0: none)
   double initTimeoutS = 300;
   // Buffer mode wanted: "auto", "host" or "cuda" (LOOM_DEVICE; core/mode.h).
   std::string device = "auto";
@@ -204,6 +206,7 @@ class Communicator {
   // ncclCommRegister's buffers, and every region handed to a transfer.
   RegistrationCache& registrations() { return registrations_; }
   uint64_t nextSeq() { return ++seq_; }
+  FlightRecorder& flight() { return *flight_; }
 
   // User reduction ops (ncclRedOpCreatePreMulSum).
   Result<int> createPreMulSum(kernels::DataType type, const void* scalar, bool deviceResident);
@@ -219,6 +222,8 @@ class Communicator {
   // Rings and trees from every rank's place (the init table), logged in
   // NCCL's GRAPH style; NCCL_TOPO_DUMP_FILE written by each host's first rank.
   void scheduleFromTable();
+  // Into LOOM_FLIGHT_RECORDER_DIR, when it is set.
+  void dumpFlightRecorder(const std::string& reason);
   void setState(State s);
   // Splits: waits until `ticket` is the next one to run.
   Status waitSplitTurn(uint64_t ticket, const std::atomic<bool>* abort);
@@ -273,6 +278,7 @@ class Communicator {
   std::mutex opMutex_;
   Scratch scratch_;
   uint64_t seq_ = 0;
+  std::shared_ptr<FlightRecorder> flight_;
   // Last: its thread runs operations on everything above, so it goes first.
   // Set once by init (under the mutex, which abort() takes too).
   std::mutex deviceQueueMutex_;

@@ -11,6 +11,7 @@
 
 #include "common/log.h"
 #include "core/device_queue.h"
+#include "core/flight_recorder.h"
 #include "core/planner.h"
 
 namespace loom::core {
@@ -44,6 +45,7 @@ struct Task {
   bool reducing = false;
   std::string name;
   std::vector<int> links;  // the connections the plan uses (linkIndex)
+  uint64_t flightId = 0;   // its entry in the communicator's flight recorder
 };
 
 struct CommRun {
@@ -75,7 +77,10 @@ std::string opLabel(const OpDesc& op, uint64_t seq) {
 }
 
 Status buildTasks(Communicator* comm, const std::vector<OpDesc>& ops, std::vector<Task>* tasks) {
-  PlanParams params{comm->rank(), comm->nranks(), comm->options().sliceBytes};
+  PlanParams params;
+  params.rank = comm->rank();
+  params.nranks = comm->nranks();
+  params.sliceBytes = comm->options().sliceBytes;
   params.channels = comm->nchannels();
   params.rings = comm->rings();
   std::vector<OpDesc> p2p;
@@ -91,7 +96,12 @@ Status buildTasks(Communicator* comm, const std::vector<OpDesc>& ops, std::vecto
     t.reduction = op.reduction;
     t.scalarPtr = op.scalarPtr;
     t.reducing = isReducing(op.kind);
-    t.name = opLabel(op, comm->nextSeq());
+    const uint64_t seq = comm->nextSeq();
+    t.name = opLabel(op, seq);
+    t.flightId = comm->flight().record(FlightRecorder::Entry{
+        .seq = seq, .kind = opKindName(op.kind), .count = op.count, .type = kernels::dataTypeName(op.type),
+        .op = t.reducing ? kernels::redOpName(op.reduction.op) : "",
+        .root = op.kind == OpKind::kBroadcast || op.kind == OpKind::kReduce ? op.root : -1});
     t.links = linksOf(t.plan);
     tasks->push_back(std::move(t));
   }
@@ -104,9 +114,15 @@ Status buildTasks(Communicator* comm, const std::vector<OpDesc>& ops, std::vecto
       t.buffers.push_back(static_cast<std::byte*>(op.recvbuf));
     }
     t.reduction.type = kernels::DataType::kUint8;
-    t.name = p2p.size() == 1 ? opLabel(p2p[0], comm->nextSeq())
-                             : "group of " + std::to_string(p2p.size()) + " point-to-point calls #" +
-                                   std::to_string(comm->nextSeq());
+    const uint64_t seq = comm->nextSeq();
+    t.name = p2p.size() == 1 ? opLabel(p2p[0], seq)
+                             : "group of " + std::to_string(p2p.size()) + " point-to-point calls #" + std::to_string(seq);
+    size_t elems = 0;
+    for (const OpDesc& op : p2p) elems += op.count;
+    t.flightId = comm->flight().record(FlightRecorder::Entry{
+        .seq = seq, .kind = p2p.size() == 1 ? opKindName(p2p[0].kind) : "PointToPointGroup", .count = elems,
+        .type = kernels::dataTypeName(p2p[0].type), .op = "",
+        .root = p2p.size() == 1 ? p2p[0].root : -1});
     t.links = linksOf(t.plan);
     tasks->push_back(std::move(t));
   }
@@ -166,10 +182,12 @@ class Engine {
                                                           &comm->registrations(), device_));
       LOOM_TRACE(log::kColl, "%s: %s: %s", comm->describe().c_str(), task.name.c_str(),
                  dumpPlan(task.plan).c_str());
+      comm->flight().started(task.flightId);
       *progressed = true;
     }
     LOOM_TRY(cr.runner->advance(progressed));
     if (cr.runner->done()) {
+      comm->flight().finished(task.flightId, true);
       cr.runner.reset();
       ++cr.current;
       *progressed = true;
@@ -244,6 +262,10 @@ class Engine {
   // peers; the others of the group are left mid-operation, so they fail too.
   Status failAll(CommRun& failed, Status s) {
     Communicator* comm = failed.comm;
+    // Before the communicator fails (and dumps its flight recorder).
+    for (CommRun& cr : runs_) {
+      if (!cr.done()) cr.comm->flight().finished(cr.tasks[cr.current].flightId, false);
+    }
     if (s.code() == Code::kRemoteError && !comm->aborted()) s = comm->preferPeerReport(s);
     const std::string name = failed.done() ? "group" : failed.tasks[failed.current].name;
     const bool hinted = s.message().find(kAbortHint) != std::string::npos;  // relayed from a peer

@@ -14,12 +14,16 @@
 // The time bounds asserted here (30 s) are far above what these paths need
 // (well under a second to a few seconds); they only tell "ends" from
 // "hangs", not fast from slow.
+#include <dirent.h>
 #include <gtest/gtest.h>
 #include <nccl.h>
 #include <signal.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <thread>
 #include <random>
 #include <regex>
 #include <thread>
@@ -174,6 +178,102 @@ TEST_F(FailureTest, StallWarningsNameTheLateRankAndNothingFails) {
     }
   }
   EXPECT_GT(namesLate, 0) << "no warning named the late rank 1";
+}
+
+// The flight recorder: three AllReduces go through, then rank 1 stops
+// joining. Ranks 0 and 2 fail at the LOOM_TIMEOUT_S timeout and write their
+// recorders; rank 1, asked by LOOM_FLIGHT_RECORDER_SIGNAL=USR1 while it
+// sleeps, writes its own and keeps going. loom-info --flight then says
+// rank 1 is behind, having finished #3, while the others failed in #4.
+TEST_F(FailureTest, FlightRecorderDumpsOnTimeoutAndSignalAndNamesTheRankBehind) {
+  char dir[] = "/tmp/loom-flight-test-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  for (int r = 0; r < 3; ++r)
+    spawn({"skip", "rank=" + std::to_string(r), "nranks=3", "skipper=1", "sleep=5", "before=3"},
+          commEnv({"LOOM_TIMEOUT_S=2", std::string("LOOM_FLIGHT_RECORDER_DIR=") + dir,
+                   "LOOM_FLIGHT_RECORDER_SIGNAL=USR1"}));
+  ChildProcess& sleeper = *kids_[1];
+  const auto t0 = std::chrono::steady_clock::now();
+  while (sleeper.output().find("SKIPPING") == std::string::npos &&
+         std::chrono::steady_clock::now() - t0 < std::chrono::seconds(20)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_NE(sleeper.output().find("SKIPPING"), std::string::npos) << sleeper.output();
+  sleeper.kill(SIGUSR1);
+  for (auto& k : kids_) {
+    ASSERT_TRUE(k->wait(kEndsWithinS)) << k->output();
+    EXPECT_EQ(k->status(), 0) << k->output();  // the signal did not end rank 1
+  }
+  std::vector<std::string> files;
+  if (DIR* d = opendir(dir)) {
+    while (dirent* e = readdir(d))
+      if (std::string(e->d_name).rfind("loom-flight-", 0) == 0) files.push_back(std::string(dir) + "/" + e->d_name);
+    closedir(d);
+  }
+  EXPECT_EQ(files.size(), 3u);
+  auto merged = ChildProcess::start(LOOM_INFO_PATH, {"--flight", dir}, {});
+  ASSERT_NE(merged, nullptr);
+  ASSERT_TRUE(merged->wait(kEndsWithinS));
+  const std::string out = merged->output();
+  EXPECT_EQ(merged->status(), 0) << out;
+  EXPECT_NE(out.find("3 file(s), 1 communicator(s)"), std::string::npos) << out;
+  EXPECT_NE(out.find("rank 1 (host"), std::string::npos) << out;
+  EXPECT_NE(out.find("has not called #4: its latest is AllReduce #3 done"), std::string::npos) << out;
+  EXPECT_NE(out.find("AllReduce #4 failed"), std::string::npos) << out;
+  EXPECT_NE(out.find("behind (the others reached #4, finished up to #3)"), std::string::npos) << out;
+  EXPECT_NE(out.find("signal 10"), std::string::npos) << out;
+  EXPECT_NE(out.find("every rank called the same operations"), std::string::npos) << out;
+  for (const auto& f : files) std::remove(f.c_str());
+  rmdir(dir);
+}
+
+// The merge on files written by hand: rank 1 called a Broadcast where the
+// others called an AllReduce (#2), and rank 2 wrote no file.
+TEST_F(FailureTest, FlightMergeFindsDifferentOperationsAtOneSequenceNumber) {
+  char dir[] = "/tmp/loom-flight-merge-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  auto write = [&](int rank, const char* second) {
+    const std::string path = std::string(dir) + "/loom-flight-00000000000000aa-rank" + std::to_string(rank) + ".json";
+    FILE* f = std::fopen(path.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fprintf(f, "{\"loom_flight_recorder\":1,\"comm\":\"00000000000000aa\",\"rank\":%d,\"nranks\":4,"
+                    "\"host\":\"h%d\",\"pid\":%d,\"reason\":\"made no \\\"progress\\\"\"}\n", rank, rank, 100 + rank);
+    std::fprintf(f, "{\"seq\":1,\"kind\":\"AllReduce\",\"count\":8,\"type\":\"float\",\"op\":\"sum\",\"root\":-1,"
+                    "\"state\":\"done\",\"enqueue_us\":1,\"start_us\":2,\"end_us\":3}\n");
+    std::fprintf(f, "%s\n", second);
+    std::fclose(f);
+  };
+  const char* allReduce = "{\"seq\":2,\"kind\":\"AllReduce\",\"count\":8,\"type\":\"float\",\"op\":\"sum\",\"root\":-1,"
+                          "\"state\":\"failed\",\"enqueue_us\":4,\"start_us\":5,\"end_us\":6}";
+  write(0, allReduce);
+  write(1, "{\"seq\":2,\"kind\":\"Broadcast\",\"count\":8,\"type\":\"float\",\"op\":\"\",\"root\":0,"
+           "\"state\":\"running\",\"enqueue_us\":4,\"start_us\":5,\"end_us\":0}");
+  write(3, allReduce);
+  {
+    FILE* junk = std::fopen((std::string(dir) + "/loom-flight-junk.json").c_str(), "w");
+    ASSERT_NE(junk, nullptr);
+    std::fputs("not json\n", junk);
+    std::fclose(junk);
+  }
+  auto merged = ChildProcess::start(LOOM_INFO_PATH, {"--flight", dir}, {});
+  ASSERT_NE(merged, nullptr);
+  ASSERT_TRUE(merged->wait(kEndsWithinS));
+  const std::string out = merged->output();
+  EXPECT_EQ(merged->status(), 0) << out;
+  EXPECT_NE(out.find("MISMATCH at #2: [rank 0,3: AllReduce 8 x float sum] [rank 1: Broadcast 8 x float root 0]"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("no file from rank(s) 2"), std::string::npos) << out;
+  EXPECT_NE(out.find("loom-flight-junk.json is not a flight recorder file"), std::string::npos) << out;
+  EXPECT_NE(out.find("made no \"progress\""), std::string::npos) << out;
+  for (const char* name : {"rank0", "rank1", "rank3"})
+    std::remove((std::string(dir) + "/loom-flight-00000000000000aa-" + name + ".json").c_str());
+  std::remove((std::string(dir) + "/loom-flight-junk.json").c_str());
+  rmdir(dir);
+  // An empty folder is an error.
+  auto none = ChildProcess::start(LOOM_INFO_PATH, {"--flight", "/nonexistent-flight-dir"}, {});
+  ASSERT_TRUE(none->wait(kEndsWithinS));
+  EXPECT_EQ(none->status(), 2) << none->output();
 }
 
 // Rank 0 (a thread) is blocked in an AllReduce that rank 1 never joins;

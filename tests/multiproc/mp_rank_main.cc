@@ -11,7 +11,8 @@
 //   suite   a representative set of collectives, checked bit for bit
 //   loop    collectives in a loop; rank `victim` kills itself (SIGKILL)
 //           before step `kill_step`; the others report the failure
-//   skip    rank `skipper` sleeps `sleep` seconds instead of joining an
+//   skip    after `before` AllReduces (default 0), rank `skipper` prints
+//           SKIPPING and sleeps `sleep` seconds instead of joining an
 //           AllReduce; the others report how their AllReduce ended
 //   late    rank `late` sleeps `sleep` seconds, then joins an AllReduce
 //           that the others started at once; everyone checks the sum
@@ -179,7 +180,17 @@ int runLoop(const Args& a, ncclComm_t comm, int rank, int n) {
 
 int runSkip(const Args& a, ncclComm_t comm, int rank) {
   const long skipper = a.getInt("skipper", 1), sleepS = a.getInt("sleep", 6);
+  // `before` AllReduces that everybody joins first.
+  for (long i = 0; i < a.getInt("before", 0); ++i) {
+    std::vector<float> x(256, 1.0f), y(256);
+    if (ncclAllReduce(x.data(), y.data(), x.size(), ncclFloat32, ncclSum, comm, nullptr) != ncclSuccess) {
+      result(1, 0, int(i), ncclGetLastError(comm));
+      return 1;
+    }
+  }
   if (rank == skipper) {
+    std::printf("SKIPPING\n");
+    std::fflush(stdout);
     std::this_thread::sleep_for(std::chrono::seconds(sleepS));
     result(0, double(sleepS), 0, "skipped the AllReduce");
     ncclCommAbort(comm);

@@ -4,6 +4,9 @@
 //                        current value and where it came from, doc)
 //   loom-info -s NAME    one setting
 //   loom-info --brief    version and features only
+//   loom-info --flight DIR   merge the flight recorder files in DIR: who is
+//                        behind, in which operation, and where ranks called
+//                        different operations at the same sequence number
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -11,6 +14,7 @@
 #include <loom/version.h>
 
 #include "build_info.h"
+#include "flight.h"
 #include "common/settings.h"
 #include "kernels/cpu/cpu_isa.h"
 
@@ -51,7 +55,7 @@ void printSetting(const loom::settings::Spec& s, const loom::settings::Config& c
 }
 
 int usage(const char* argv0) {
-  std::fprintf(stderr, "usage: %s [--brief] [-s NAME]\n", argv0);
+  std::fprintf(stderr, "usage: %s [--brief] [-s NAME] [--flight DIR]\n", argv0);
   return 2;
 }
 
@@ -63,6 +67,7 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--brief")) brief = true;
     else if (!std::strcmp(argv[i], "-s") && i + 1 < argc) only = argv[++i];
+    else if (!std::strcmp(argv[i], "--flight") && i + 1 < argc) return loom::info::mergeFlight(argv[++i]);
     else if (!std::strcmp(argv[i], "-h") || !std::strcmp(argv[i], "--help")) return usage(argv[0]), 0;
     else return usage(argv[0]);
   }

@@ -1,0 +1,297 @@
+#include "core/flight_recorder.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <thread>
+
+#include "common/log.h"
+#include "common/settings.h"
+
+namespace loom::core {
+
+int64_t wallMicros() {
+  using namespace std::chrono;
+  return duration_cast<microseconds>(system_clock::now().time_since_epoch()).count();
+}
+
+const char* flightStateName(FlightRecorder::State s) {
+  switch (s) {
+    case FlightRecorder::State::kQueued: return "queued";
+    case FlightRecorder::State::kRunning: return "running";
+    case FlightRecorder::State::kDone: return "done";
+    case FlightRecorder::State::kFailed: return "failed";
+  }
+  return "?";
+}
+
+uint64_t FlightRecorder::record(const Entry& e) {
+  if (capacity_ == 0) return 0;
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (ring_.empty()) ring_.resize(capacity_);
+  const uint64_t id = ++recorded_;
+  Entry& slot = ring_[(id - 1) % capacity_];
+  slot = e;
+  slot.state = State::kQueued;
+  slot.enqueueUs = wallMicros();
+  slot.startUs = slot.endUs = 0;
+  return id;
+}
+
+FlightRecorder::Entry* FlightRecorder::find(uint64_t id) {
+  if (id == 0 || id > recorded_ || recorded_ - id >= capacity_) return nullptr;
+  return &ring_[(id - 1) % capacity_];
+}
+
+void FlightRecorder::started(uint64_t id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (Entry* e = find(id)) {
+    e->state = State::kRunning;
+    e->startUs = wallMicros();
+  }
+}
+
+void FlightRecorder::finished(uint64_t id, bool ok) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (Entry* e = find(id)) {
+    e->state = ok ? State::kDone : State::kFailed;
+    e->endUs = wallMicros();
+  }
+}
+
+void FlightRecorder::setIdentity(Identity id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  id_ = std::move(id);
+}
+
+std::vector<FlightRecorder::Entry> FlightRecorder::snapshot() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<Entry> out;
+  const uint64_t first = recorded_ > capacity_ ? recorded_ - capacity_ + 1 : 1;
+  for (uint64_t id = first; id <= recorded_ && capacity_ > 0; ++id) out.push_back(ring_[(id - 1) % capacity_]);
+  return out;
+}
+
+namespace {
+
+std::string quoted(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      out += buf;
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
+}  // namespace
+
+std::string FlightRecorder::toJson(const std::string& reason) const {
+  Identity id;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    id = id_;
+  }
+  char buf[512];
+  std::snprintf(buf, sizeof buf, "{\"loom_flight_recorder\":1,\"comm\":\"%016llx\",\"rank\":%d,\"nranks\":%d,\"host\":",
+                static_cast<unsigned long long>(id.commHash), id.rank, id.nranks);
+  std::string out = buf + quoted(id.host) + ",\"pid\":" + std::to_string(getpid()) + ",\"reason\":" + quoted(reason) + "}\n";
+  for (const Entry& e : snapshot()) {
+    std::snprintf(buf, sizeof buf,
+                  "{\"seq\":%llu,\"kind\":\"%s\",\"count\":%llu,\"type\":\"%s\",\"op\":\"%s\",\"root\":%d,\"state\":\"%s\","
+                  "\"enqueue_us\":%lld,\"start_us\":%lld,\"end_us\":%lld}\n",
+                  static_cast<unsigned long long>(e.seq), e.kind, static_cast<unsigned long long>(e.count), e.type, e.op,
+                  e.root, flightStateName(e.state), static_cast<long long>(e.enqueueUs),
+                  static_cast<long long>(e.startUs), static_cast<long long>(e.endUs));
+    out += buf;
+  }
+  return out;
+}
+
+Result<std::string> FlightRecorder::dump(const std::string& dir, const std::string& reason) const {
+  int rank = 0;
+  uint64_t comm = 0;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    rank = id_.rank;
+    comm = id_.commHash;
+  }
+  char name[96];
+  std::snprintf(name, sizeof name, "/loom-flight-%016llx-rank%d.json", static_cast<unsigned long long>(comm), rank);
+  const std::string path = dir + name;
+  const std::string text = toJson(reason);
+  // Written beside, then renamed: a reader never sees half a file.
+  const std::string tmp = path + ".tmp" + std::to_string(getpid());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return systemErrno("cannot create the flight recorder file " + tmp, errno);
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = errno;
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      return systemErrno("cannot write " + tmp, err);
+    }
+    done += size_t(n);
+  }
+  ::close(fd);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    return systemErrno("cannot rename " + tmp, err);
+  }
+  return path;
+}
+
+// ---- the signal: a handler that only writes a byte into a pipe, and a
+// thread that dumps ------------------------------------------------------
+namespace {
+
+int parseSignal(const std::string& text) {
+  if (text.empty()) return 0;
+  char* end = nullptr;
+  const long n = std::strtol(text.c_str(), &end, 10);
+  if (end && *end == '\0') return n > 0 && n < NSIG ? int(n) : -1;
+  std::string name = text.rfind("SIG", 0) == 0 ? text.substr(3) : text;
+  for (int s = 1; s < NSIG; ++s) {
+    const char* abbrev = sigabbrev_np(s);
+    if (abbrev && name == abbrev) return s;
+  }
+  return -1;
+}
+
+class SignalDumper {
+ public:
+  static SignalDumper& instance() {
+    static SignalDumper d;
+    return d;
+  }
+
+  void add(const std::shared_ptr<FlightRecorder>& r) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    live_.push_back(r);
+    if (!installed_) install();
+  }
+  void remove(const FlightRecorder* r) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::erase_if(live_, [&](const std::weak_ptr<FlightRecorder>& w) {
+      auto p = w.lock();
+      return !p || p.get() == r;
+    });
+  }
+
+  ~SignalDumper() {
+    if (signo_ > 0) sigaction(signo_, &previous_, nullptr);
+    if (pipe_[1] >= 0) ::close(pipe_[1]);
+    if (thread_.joinable()) thread_.join();
+    if (pipe_[0] >= 0) ::close(pipe_[0]);
+  }
+
+ private:
+  // mutex_ held.
+  void install() {
+    installed_ = true;
+    const std::string name = settings::current()->getString("LOOM_FLIGHT_RECORDER_SIGNAL");
+    const int s = parseSignal(name);
+    if (s == 0) return;
+    if (s < 0 || s == SIGKILL || s == SIGSTOP) {
+      LOOM_WARN("LOOM_FLIGHT_RECORDER_SIGNAL=%s is not a signal loom can catch; the flight recorder dumps on "
+                "errors only", name.c_str());
+      return;
+    }
+    if (::pipe2(pipe_, O_CLOEXEC | O_NONBLOCK) != 0) {
+      LOOM_WARN("flight recorder: cannot create its pipe: %s", std::strerror(errno));
+      return;
+    }
+    try {
+      thread_ = std::thread([this] { loop(); });
+    } catch (const std::system_error& e) {
+      LOOM_WARN("flight recorder: cannot start its thread: %s", e.what());
+      return;
+    }
+    writeFd_ = pipe_[1];
+    struct sigaction sa {};
+    sa.sa_sigaction = &SignalDumper::handler;
+    sa.sa_flags = SA_SIGINFO | SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(s, &sa, &previous_) != 0) {
+      LOOM_WARN("flight recorder: cannot install a handler for signal %d: %s", s, std::strerror(errno));
+      return;
+    }
+    signo_ = s;
+    LOOM_INFO(log::kInit, "flight recorder: signal %d (%s) dumps every communicator's recorder", s, name.c_str());
+  }
+
+  static void handler(int sig, siginfo_t* info, void* context) {
+    const int saved = errno;
+    SignalDumper& d = instance();
+    const char byte = 1;
+    if (d.writeFd_ >= 0) (void)!::write(d.writeFd_, &byte, 1);
+    // Chain to whoever handled the signal before loom.
+    if (d.previous_.sa_flags & SA_SIGINFO) {
+      if (d.previous_.sa_sigaction) d.previous_.sa_sigaction(sig, info, context);
+    } else if (d.previous_.sa_handler != SIG_DFL && d.previous_.sa_handler != SIG_IGN) {
+      d.previous_.sa_handler(sig);
+    }
+    errno = saved;
+  }
+
+  void loop() {
+    pthread_setname_np(pthread_self(), "loom-flight");
+    for (;;) {
+      char buf[64];
+      pollfd p{pipe_[0], POLLIN, 0};
+      if (::poll(&p, 1, -1) < 0 && errno != EINTR) return;
+      const ssize_t n = ::read(pipe_[0], buf, sizeof buf);
+      if (n == 0) return;  // the write end closed: the process is ending
+      if (n < 0) continue;
+      std::vector<std::shared_ptr<FlightRecorder>> now;
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        for (auto& w : live_)
+          if (auto p = w.lock()) now.push_back(p);
+      }
+      const std::string dir = settings::current()->getString("LOOM_FLIGHT_RECORDER_DIR");
+      if (dir.empty()) {
+        LOOM_WARN("flight recorder: signal %d arrived but LOOM_FLIGHT_RECORDER_DIR is not set", signo_);
+        continue;
+      }
+      for (const auto& r : now) {
+        auto written = r->dump(dir, "signal " + std::to_string(signo_));
+        if (written.isOk()) LOOM_WARN("flight recorder written to %s (signal %d)", written->c_str(), signo_);
+        else LOOM_WARN("flight recorder: %s", written.status().message().c_str());
+      }
+    }
+  }
+
+  std::mutex mutex_;
+  std::vector<std::weak_ptr<FlightRecorder>> live_;
+  bool installed_ = false;
+  int pipe_[2] = {-1, -1};
+  int writeFd_ = -1;
+  int signo_ = 0;
+  struct sigaction previous_ {};
+  std::thread thread_;
+};
+
+}  // namespace
+
+void registerFlightRecorder(const std::shared_ptr<FlightRecorder>& r) { SignalDumper::instance().add(r); }
+void unregisterFlightRecorder(const FlightRecorder* r) { SignalDumper::instance().remove(r); }
+
+}  // namespace loom::core

@@ -1,0 +1,81 @@
+// The flight recorder: the last N operations of a communicator (kind,
+// sequence number, count, type, op, root or peer, state, enqueue / start /
+// end times) in a ring buffer, dumped as one JSON file per rank when the
+// communicator fails (an error, the LOOM_TIMEOUT_S timeout) or, where
+// LOOM_FLIGHT_RECORDER_SIGNAL names a signal, when the process gets it.
+// `loom-info --flight DIR` merges the files of all ranks.
+//
+// File format (one object per line, so that the merge needs no JSON
+// library): a header line, then one line per operation, oldest first:
+//   {"loom_flight_recorder":1,"comm":"<hex>","rank":R,"nranks":N,"host":"h","pid":P,"reason":"..."}
+//   {"seq":S,"kind":"AllReduce","count":C,"type":"float","op":"sum","root":-1,"state":"done",
+//    "enqueue_us":T,"start_us":T,"end_us":T}
+// Times are microseconds of the wall clock (comparable across hosts as far
+// as their clocks agree); 0 where a phase has not happened.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace loom::core {
+
+class FlightRecorder {
+ public:
+  enum class State : uint8_t { kQueued, kRunning, kDone, kFailed };
+  struct Entry {
+    uint64_t seq = 0;
+    const char* kind = "";  // a static string
+    uint64_t count = 0;
+    const char* type = "";
+    const char* op = "";  // "" for non-reducing operations
+    int root = -1;        // root or peer, -1 for none
+    State state = State::kQueued;
+    int64_t enqueueUs = 0, startUs = 0, endUs = 0;
+  };
+  struct Identity {
+    uint64_t commHash = 0;
+    int rank = 0, nranks = 0;
+    std::string host;
+  };
+
+  // capacity 0: records nothing.
+  explicit FlightRecorder(size_t capacity) : capacity_(capacity) {}
+
+  // Records a queued operation; returns its id for the calls below.
+  uint64_t record(const Entry& e);
+  void started(uint64_t id);
+  void finished(uint64_t id, bool ok);
+
+  void setIdentity(Identity id);
+  std::vector<Entry> snapshot() const;  // oldest first
+  size_t capacity() const { return capacity_; }
+  // The file's text, and writing it into `dir` (the file name is returned).
+  std::string toJson(const std::string& reason) const;
+  Result<std::string> dump(const std::string& dir, const std::string& reason) const;
+
+ private:
+  Entry* find(uint64_t id);  // nullptr once overwritten; mutex_ held
+
+  const size_t capacity_;
+  mutable std::mutex mutex_;
+  std::vector<Entry> ring_;
+  uint64_t recorded_ = 0;  // ids are 1..recorded_
+  Identity id_;
+};
+
+const char* flightStateName(FlightRecorder::State s);
+int64_t wallMicros();
+
+// Where LOOM_FLIGHT_RECORDER_SIGNAL is set: dumps every live recorder into
+// LOOM_FLIGHT_RECORDER_DIR when the signal arrives (from a thread of its
+// own, not from the handler), then passes the signal on to the handler that
+// was installed before. Recorders take part while registered.
+void registerFlightRecorder(const std::shared_ptr<FlightRecorder>& r);
+void unregisterFlightRecorder(const FlightRecorder* r);
+
+}  // namespace loom::core

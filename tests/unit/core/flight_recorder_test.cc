@@ -1,0 +1,83 @@
+#include "core/flight_recorder.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+namespace loom::core {
+namespace {
+
+FlightRecorder::Entry op(uint64_t seq) {
+  FlightRecorder::Entry e;
+  e.seq = seq;
+  e.kind = "AllReduce";
+  e.count = 8 * seq;
+  e.type = "float";
+  e.op = "sum";
+  return e;
+}
+
+TEST(FlightRecorder, KeepsTheNewestEntriesWithTheirStates) {
+  FlightRecorder r(3);
+  std::vector<uint64_t> ids;
+  for (uint64_t s = 1; s <= 5; ++s) ids.push_back(r.record(op(s)));
+  r.started(ids[0]);  // overwritten: ignored
+  r.started(ids[3]);
+  r.finished(ids[3], true);
+  r.started(ids[4]);
+  r.finished(ids[4], false);
+  auto entries = r.snapshot();
+  ASSERT_EQ(entries.size(), 3u);
+  EXPECT_EQ(entries[0].seq, 3u);
+  EXPECT_EQ(entries[0].state, FlightRecorder::State::kQueued);
+  EXPECT_EQ(entries[1].state, FlightRecorder::State::kDone);
+  EXPECT_EQ(entries[2].state, FlightRecorder::State::kFailed);
+  EXPECT_GT(entries[1].enqueueUs, 0);
+  EXPECT_GE(entries[1].startUs, entries[1].enqueueUs);
+  EXPECT_GE(entries[1].endUs, entries[1].startUs);
+  EXPECT_EQ(entries[0].startUs, 0);
+}
+
+TEST(FlightRecorder, NoCapacityRecordsNothing) {
+  FlightRecorder r(0);
+  EXPECT_EQ(r.record(op(1)), 0u);
+  r.started(0);
+  EXPECT_TRUE(r.snapshot().empty());
+}
+
+TEST(FlightRecorder, WritesOneLinePerOperationUnderAHeader) {
+  FlightRecorder r(4);
+  r.setIdentity({0xabcdef, 2, 5, "node\"7"});
+  r.finished(r.record(op(1)), true);
+  r.record(op(2));
+  char dir[] = "/tmp/loom-flight-unit-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  auto path = r.dump(dir, "a \"reason\"\nwith a newline");
+  ASSERT_TRUE(path.isOk()) << path.status().message();
+  EXPECT_EQ(path.value(), std::string(dir) + "/loom-flight-0000000000abcdef-rank2.json");
+  std::ifstream in(path.value());
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(lines[0].rfind("{\"loom_flight_recorder\":1,\"comm\":\"0000000000abcdef\",\"rank\":2,\"nranks\":5,"
+                           "\"host\":\"node\\\"7\",\"pid\":",
+                           0),
+            0u)
+      << lines[0];
+  EXPECT_NE(lines[0].find("\"reason\":\"a \\\"reason\\\"\\u000awith a newline\"}"), std::string::npos) << lines[0];
+  EXPECT_EQ(lines[1].rfind("{\"seq\":1,\"kind\":\"AllReduce\",\"count\":8,\"type\":\"float\",\"op\":\"sum\",\"root\":-1,"
+                           "\"state\":\"done\",",
+                           0),
+            0u)
+      << lines[1];
+  EXPECT_NE(lines[2].find("\"state\":\"queued\""), std::string::npos) << lines[2];
+  std::remove(path.value().c_str());
+  EXPECT_FALSE(r.dump("/nonexistent-dir", "x").isOk());
+  rmdir(dir);
+}
+
+}  // namespace
+}  // namespace loom::core
