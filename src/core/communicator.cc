@@ -439,14 +439,15 @@ void Communicator::fail(const Status& status, bool tellPeers) {
     error_ = status;
   }
   LOOM_WARN("%s: %s", describe().c_str(), status.message().c_str());
+  if (tellPeers && bootstrap_ && nranks_ > 1 && !forkedAway()) {
+    bootstrap_->notifyAll(status.message().substr(0, wire::kMaxNoticeBytes));
+  }
   dumpFlightRecorder(status.message());
-  if (!tellPeers || !bootstrap_ || nranks_ <= 1 || forkedAway()) return;
-  bootstrap_->notifyAll(status.message().substr(0, wire::kMaxNoticeBytes));
 }
 
 void Communicator::dumpFlightRecorder(const std::string& reason) {
   const std::string dir = settings::current()->getString("LOOM_FLIGHT_RECORDER_DIR");
-  if (dir.empty() || flight_->capacity() == 0) return;
+  if (dir.empty() || flight_->capacity() == 0 || !flight_->identified() || forkedAway()) return;
   auto path = flight_->dump(dir, reason);
   if (path.isOk()) LOOM_WARN("%s: flight recorder written to %s", describe().c_str(), path->c_str());
   else LOOM_WARN("%s: flight recorder: %s", describe().c_str(), path.status().message().c_str());

@@ -206,6 +206,7 @@ class Communicator {
   // ncclCommRegister's buffers, and every region handed to a transfer.
   RegistrationCache& registrations() { return registrations_; }
   uint64_t nextSeq() { return ++seq_; }
+  uint64_t nextCollSeq() { return ++collSeq_; }
   FlightRecorder& flight() { return *flight_; }
 
   // User reduction ops (ncclRedOpCreatePreMulSum).
@@ -278,6 +279,7 @@ class Communicator {
   std::mutex opMutex_;
   Scratch scratch_;
   uint64_t seq_ = 0;
+  uint64_t collSeq_ = 0;  // collectives only (the flight recorder lines ranks up by it)
   std::shared_ptr<FlightRecorder> flight_;
   // Last: its thread runs operations on everything above, so it goes first.
   // Set once by init (under the mutex, which abort() takes too).

@@ -5,11 +5,13 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <pthread.h>
+
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <thread>
 
 #include "common/log.h"
 #include "common/settings.h"
@@ -70,6 +72,11 @@ void FlightRecorder::setIdentity(Identity id) {
   id_ = std::move(id);
 }
 
+bool FlightRecorder::identified() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return id_.nranks > 0;
+}
+
 std::vector<FlightRecorder::Entry> FlightRecorder::snapshot() const {
   std::lock_guard<std::mutex> lock(mutex_);
   std::vector<Entry> out;
@@ -111,9 +118,9 @@ std::string FlightRecorder::toJson(const std::string& reason) const {
   std::string out = buf + quoted(id.host) + ",\"pid\":" + std::to_string(getpid()) + ",\"reason\":" + quoted(reason) + "}\n";
   for (const Entry& e : snapshot()) {
     std::snprintf(buf, sizeof buf,
-                  "{\"seq\":%llu,\"kind\":\"%s\",\"count\":%llu,\"type\":\"%s\",\"op\":\"%s\",\"root\":%d,\"state\":\"%s\","
+                  "{\"seq\":%llu,\"coll\":%llu,\"kind\":\"%s\",\"count\":%llu,\"type\":\"%s\",\"op\":\"%s\",\"root\":%d,\"state\":\"%s\","
                   "\"enqueue_us\":%lld,\"start_us\":%lld,\"end_us\":%lld}\n",
-                  static_cast<unsigned long long>(e.seq), e.kind, static_cast<unsigned long long>(e.count), e.type, e.op,
+                  static_cast<unsigned long long>(e.seq), static_cast<unsigned long long>(e.collSeq), e.kind, static_cast<unsigned long long>(e.count), e.type, e.op,
                   e.root, flightStateName(e.state), static_cast<long long>(e.enqueueUs),
                   static_cast<long long>(e.startUs), static_cast<long long>(e.endUs));
     out += buf;
@@ -134,7 +141,8 @@ Result<std::string> FlightRecorder::dump(const std::string& dir, const std::stri
   const std::string path = dir + name;
   const std::string text = toJson(reason);
   // Written beside, then renamed: a reader never sees half a file.
-  const std::string tmp = path + ".tmp" + std::to_string(getpid());
+  static std::atomic<uint64_t> dumps{0};
+  const std::string tmp = path + ".tmp" + std::to_string(getpid()) + "-" + std::to_string(++dumps);
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return systemErrno("cannot create the flight recorder file " + tmp, errno);
   size_t done = 0;
@@ -175,6 +183,11 @@ int parseSignal(const std::string& text) {
   return -1;
 }
 
+// Cleared once the dumper is destroyed (at exit): communicators destroyed
+// later by other static destructors skip it. Constant-initialized, so it
+// outlives every destructor.
+std::atomic<bool> gDumperAlive{false};
+
 class SignalDumper {
  public:
   static SignalDumper& instance() {
@@ -196,13 +209,25 @@ class SignalDumper {
   }
 
   ~SignalDumper() {
-    if (signo_ > 0) sigaction(signo_, &previous_, nullptr);
+    gDumperAlive = false;
+    writeFd_ = -1;  // a handler running from now on writes nothing
+    if (signo_ > 0) {
+      // Put the old handler back only where nobody replaced loom's since.
+      struct sigaction now {};
+      if (sigaction(signo_, nullptr, &now) == 0 && (now.sa_flags & SA_SIGINFO) && now.sa_sigaction == &handler) {
+        sigaction(signo_, &previous_, nullptr);
+      }
+    }
     if (pipe_[1] >= 0) ::close(pipe_[1]);
-    if (thread_.joinable()) thread_.join();
+    // The thread exists only in the process that started it (not in a
+    // forked child); there the closed pipe ends it.
+    if (threadStarted_ && ::getpid() == creator_) pthread_join(thread_, nullptr);
     if (pipe_[0] >= 0) ::close(pipe_[0]);
   }
 
  private:
+  SignalDumper() { gDumperAlive = true; }
+
   // mutex_ held.
   void install() {
     installed_ = true;
@@ -218,10 +243,18 @@ class SignalDumper {
       LOOM_WARN("flight recorder: cannot create its pipe: %s", std::strerror(errno));
       return;
     }
-    try {
-      thread_ = std::thread([this] { loop(); });
-    } catch (const std::system_error& e) {
-      LOOM_WARN("flight recorder: cannot start its thread: %s", e.what());
+    creator_ = ::getpid();
+    if (int e = pthread_create(&thread_, nullptr, &SignalDumper::loopEntry, this); e != 0) {
+      LOOM_WARN("flight recorder: cannot start its thread: %s", std::strerror(e));
+      return;
+    }
+    threadStarted_ = true;
+    // A forked child must not wake the parent's thread (its pipe is shared).
+    pthread_atfork(nullptr, nullptr, [] { instance().writeFd_ = -1; });
+    // The old action is read before loom's is installed, so a signal that
+    // arrives meanwhile finds it complete.
+    if (sigaction(s, nullptr, &previous_) != 0) {
+      LOOM_WARN("flight recorder: cannot read the handler of signal %d: %s", s, std::strerror(errno));
       return;
     }
     writeFd_ = pipe_[1];
@@ -229,7 +262,7 @@ class SignalDumper {
     sa.sa_sigaction = &SignalDumper::handler;
     sa.sa_flags = SA_SIGINFO | SA_RESTART;
     sigemptyset(&sa.sa_mask);
-    if (sigaction(s, &sa, &previous_) != 0) {
+    if (sigaction(s, &sa, nullptr) != 0) {
       LOOM_WARN("flight recorder: cannot install a handler for signal %d: %s", s, std::strerror(errno));
       return;
     }
@@ -241,7 +274,8 @@ class SignalDumper {
     const int saved = errno;
     SignalDumper& d = instance();
     const char byte = 1;
-    if (d.writeFd_ >= 0) (void)!::write(d.writeFd_, &byte, 1);
+    const int fd = d.writeFd_.load(std::memory_order_relaxed);
+    if (fd >= 0) (void)!::write(fd, &byte, 1);
     // Chain to whoever handled the signal before loom.
     if (d.previous_.sa_flags & SA_SIGINFO) {
       if (d.previous_.sa_sigaction) d.previous_.sa_sigaction(sig, info, context);
@@ -249,6 +283,11 @@ class SignalDumper {
       d.previous_.sa_handler(sig);
     }
     errno = saved;
+  }
+
+  static void* loopEntry(void* self) {
+    static_cast<SignalDumper*>(self)->loop();
+    return nullptr;
   }
 
   void loop() {
@@ -272,6 +311,7 @@ class SignalDumper {
         continue;
       }
       for (const auto& r : now) {
+        if (r->identified() == false) continue;
         auto written = r->dump(dir, "signal " + std::to_string(signo_));
         if (written.isOk()) LOOM_WARN("flight recorder written to %s (signal %d)", written->c_str(), signo_);
         else LOOM_WARN("flight recorder: %s", written.status().message().c_str());
@@ -283,15 +323,19 @@ class SignalDumper {
   std::vector<std::weak_ptr<FlightRecorder>> live_;
   bool installed_ = false;
   int pipe_[2] = {-1, -1};
-  int writeFd_ = -1;
+  std::atomic<int> writeFd_{-1};
   int signo_ = 0;
   struct sigaction previous_ {};
-  std::thread thread_;
+  pthread_t thread_{};
+  bool threadStarted_ = false;
+  pid_t creator_ = 0;
 };
 
 }  // namespace
 
 void registerFlightRecorder(const std::shared_ptr<FlightRecorder>& r) { SignalDumper::instance().add(r); }
-void unregisterFlightRecorder(const FlightRecorder* r) { SignalDumper::instance().remove(r); }
+void unregisterFlightRecorder(const FlightRecorder* r) {
+  if (gDumperAlive) SignalDumper::instance().remove(r);
+}
 
 }  // namespace loom::core

@@ -8,7 +8,7 @@
 // File format (one object per line, so that the merge needs no JSON
 // library): a header line, then one line per operation, oldest first:
 //   {"loom_flight_recorder":1,"comm":"<hex>","rank":R,"nranks":N,"host":"h","pid":P,"reason":"..."}
-//   {"seq":S,"kind":"AllReduce","count":C,"type":"float","op":"sum","root":-1,"state":"done",
+//   {"seq":S,"coll":C,"kind":"AllReduce","count":C,"type":"float","op":"sum","root":-1,"state":"done",
 //    "enqueue_us":T,"start_us":T,"end_us":T}
 // Times are microseconds of the wall clock (comparable across hosts as far
 // as their clocks agree); 0 where a phase has not happened.
@@ -29,6 +29,10 @@ class FlightRecorder {
   enum class State : uint8_t { kQueued, kRunning, kDone, kFailed };
   struct Entry {
     uint64_t seq = 0;
+    // Collectives only (every rank calls them, in the same order): their
+    // own count, so that ranks line up although point-to-point calls
+    // advance `seq` on some ranks only. 0 for point-to-point.
+    uint64_t collSeq = 0;
     const char* kind = "";  // a static string
     uint64_t count = 0;
     const char* type = "";
@@ -52,6 +56,9 @@ class FlightRecorder {
   void finished(uint64_t id, bool ok);
 
   void setIdentity(Identity id);
+  // Whether setIdentity ran (a communicator that failed during init has
+  // no table of ranks yet, and writes no file).
+  bool identified() const;
   std::vector<Entry> snapshot() const;  // oldest first
   size_t capacity() const { return capacity_; }
   // The file's text, and writing it into `dir` (the file name is returned).

@@ -99,7 +99,7 @@ Status buildTasks(Communicator* comm, const std::vector<OpDesc>& ops, std::vecto
     const uint64_t seq = comm->nextSeq();
     t.name = opLabel(op, seq);
     t.flightId = comm->flight().record(FlightRecorder::Entry{
-        .seq = seq, .kind = opKindName(op.kind), .count = op.count, .type = kernels::dataTypeName(op.type),
+        .seq = seq, .collSeq = comm->nextCollSeq(), .kind = opKindName(op.kind), .count = op.count, .type = kernels::dataTypeName(op.type),
         .op = t.reducing ? kernels::redOpName(op.reduction.op) : "",
         .root = op.kind == OpKind::kBroadcast || op.kind == OpKind::kReduce ? op.root : -1});
     t.links = linksOf(t.plan);
@@ -118,9 +118,13 @@ Status buildTasks(Communicator* comm, const std::vector<OpDesc>& ops, std::vecto
     t.name = p2p.size() == 1 ? opLabel(p2p[0], seq)
                              : "group of " + std::to_string(p2p.size()) + " point-to-point calls #" + std::to_string(seq);
     size_t elems = 0;
-    for (const OpDesc& op : p2p) elems += op.count;
+    bool collective = true;  // AllToAll, Gather, Scatter: every rank calls them
+    for (const OpDesc& op : p2p) {
+      elems += op.count;
+      collective = collective && op.kind != OpKind::kSend && op.kind != OpKind::kRecv;
+    }
     t.flightId = comm->flight().record(FlightRecorder::Entry{
-        .seq = seq, .kind = p2p.size() == 1 ? opKindName(p2p[0].kind) : "PointToPointGroup", .count = elems,
+        .seq = seq, .collSeq = collective ? comm->nextCollSeq() : 0, .kind = p2p.size() == 1 ? opKindName(p2p[0].kind) : "PointToPointGroup", .count = elems,
         .type = kernels::dataTypeName(p2p[0].type), .op = "",
         .root = p2p.size() == 1 ? p2p[0].root : -1});
     t.links = linksOf(t.plan);
@@ -224,11 +228,12 @@ class Engine {
     // is late; nothing fails because of it.
     const double period = comm->options().stallWarnS;
     if (period > 0 && stalled >= period * double(cr.stallWarnings + 1) && (timeout <= 0 || stalled < timeout)) {
-      ++cr.stallWarnings;
-      LOOM_WARN("%s: %s has made no progress for %d s; waiting for %s (LOOM_STALL_WARN_S=%d; it fails after "
-                "LOOM_TIMEOUT_S=%d s)",
+      cr.stallWarnings = int(stalled / period);  // one warning, even after a long gap
+      const std::string ends = timeout > 0 ? "it fails after LOOM_TIMEOUT_S=" + std::to_string(int(timeout)) + " s"
+                                           : "LOOM_TIMEOUT_S=0: it waits for ever";
+      LOOM_WARN("%s: %s has made no progress for %d s; waiting for %s (LOOM_STALL_WARN_S=%d; %s)",
                 comm->describe().c_str(), cr.tasks[cr.current].name.c_str(), int(stalled), waitingList(cr).c_str(),
-                int(period), int(timeout));
+                int(period), ends.c_str());
     }
     if (timeout > 0 && stalled > timeout) {
       return remoteError(cr.tasks[cr.current].name + " made no progress for " +

@@ -73,6 +73,7 @@ bool parseFlat(const std::string& line, Fields* out) {
 
 struct Op {
   long long seq = 0;
+  long long coll = 0;  // 0: point-to-point
   std::string kind, count, type, op, root, state;
   long long startUs = 0, endUs = 0;
   std::string signature() const {
@@ -84,11 +85,22 @@ struct RankFile {
   std::string path, host, pid, reason;
   int rank = -1, nranks = 0;
   std::vector<Op> ops;
-  long long lastDone() const {
-    long long s = 0;
+  // The newest collective called / finished (collective numbers).
+  long long collCalled() const {
+    long long c = 0;
+    for (const auto& o : ops) c = std::max(c, o.coll);
+    return c;
+  }
+  long long collDone() const {
+    long long c = 0;
     for (const auto& o : ops)
-      if (o.state == "done") s = std::max(s, o.seq);
-    return s;
+      if (o.state == "done") c = std::max(c, o.coll);
+    return c;
+  }
+  const Op* collective(long long c) const {
+    for (const auto& o : ops)
+      if (o.coll == c) return &o;
+    return nullptr;
   }
   const Op* latest() const { return ops.empty() ? nullptr : &ops.back(); }
 };
@@ -131,6 +143,10 @@ int mergeFlight(const std::string& dir) {
         comm = fields["comm"];
         f.rank = std::atoi(fields["rank"].c_str());
         f.nranks = std::atoi(fields["nranks"].c_str());
+        if (f.rank < 0 || f.rank >= (1 << 20) || f.nranks <= f.rank || f.nranks > (1 << 20)) {
+          ok = false;
+          break;
+        }
         f.host = fields["host"];
         f.pid = fields["pid"];
         f.reason = fields["reason"];
@@ -139,6 +155,7 @@ int mergeFlight(const std::string& dir) {
       }
       Op o;
       o.seq = std::atoll(fields["seq"].c_str());
+      o.coll = std::atoll(fields["coll"].c_str());
       o.kind = fields["kind"];
       o.count = fields["count"];
       o.type = fields["type"];
@@ -163,17 +180,21 @@ int mergeFlight(const std::string& dir) {
   std::printf("flight recorders in %s: %zu file(s), %zu communicator(s)\n", dir.c_str(), names.size() - size_t(bad),
               comms.size());
   for (const auto& [comm, ranks] : comms) {
-    const int nranks = ranks.begin()->second.nranks;
+    int nranks = 0;
+    for (const auto& [r, f] : ranks) {
+      if (nranks && f.nranks != nranks) {
+        std::printf("  note: the files disagree on the number of ranks (%d and %d)\n", nranks, f.nranks);
+      }
+      nranks = std::max(nranks, f.nranks);
+    }
     std::printf("\ncommunicator %s, %d rank(s)\n", comm.c_str(), nranks);
     std::printf("  %-5s %-16s %-8s %-22s %-28s %s\n", "rank", "host", "pid", "last done", "latest", "why the file");
-    long long newest = 0;
-    for (const auto& [r, f] : ranks) newest = std::max(newest, f.lastDone());
     std::vector<int> missing;
     for (int r = 0; r < nranks; ++r) {
       auto it = ranks.find(r);
       if (it == ranks.end()) {
         missing.push_back(r);
-        std::printf("  %-5d %-16s %-8s %-22s %-28s %s\n", r, "-", "-", "-", "-", "(no file)");
+        if (missing.size() <= 32) std::printf("  %-5d %-16s %-8s %-22s %-28s %s\n", r, "-", "-", "-", "-", "(no file)");
         continue;
       }
       const RankFile& f = it->second;
@@ -189,52 +210,67 @@ int mergeFlight(const std::string& dir) {
       std::printf("  %-5d %-16s %-8s %-22s %-28s %s\n", r, f.host.c_str(), f.pid.c_str(), done, last,
                   f.reason.substr(0, 60).c_str());
     }
-    // Who is behind: a rank that has not called the newest operation the
-    // others are in; where all called it, one that finished less.
-    long long called = 0;
-    for (const auto& [r, f] : ranks)
-      if (f.latest()) called = std::max(called, f.latest()->seq);
-    std::vector<std::string> behind;
+    // Who is behind, counted in collectives (every rank calls them in the
+    // same order): a rank that has not called the newest one the others
+    // are in; where all called it, one that finished fewer.
+    long long called = 0, finished = 0;
+    for (const auto& [r, f] : ranks) {
+      called = std::max(called, f.collCalled());
+      finished = std::max(finished, f.collDone());
+    }
     auto latestText = [](const RankFile& f) {
       const Op* l = f.latest();
       return l ? l->kind + " #" + std::to_string(l->seq) + " " + l->state : std::string("nothing");
     };
+    std::vector<std::string> behind;
     for (const auto& [r, f] : ranks) {
-      if ((f.latest() ? f.latest()->seq : 0) < called) {
-        behind.push_back("rank " + std::to_string(r) + " (host " + f.host + ", pid " + f.pid + ") has not called #" +
-                         std::to_string(called) + ": its latest is " + latestText(f));
+      if (f.collCalled() < called) {
+        behind.push_back("rank " + std::to_string(r) + " (host " + f.host + ", pid " + f.pid +
+                         ") has not called collective " + std::to_string(called) + ": its latest is " + latestText(f));
       }
     }
     if (behind.empty()) {
       for (const auto& [r, f] : ranks) {
-        if (f.lastDone() < newest) {
+        if (f.collDone() < finished) {
           behind.push_back("rank " + std::to_string(r) + " (host " + f.host + ", pid " + f.pid +
-                           ") finished only up to #" + std::to_string(f.lastDone()) + ": its latest is " +
+                           ") finished only up to collective " + std::to_string(f.collDone()) + ": its latest is " +
                            latestText(f));
         }
       }
     }
-    if (!behind.empty()) {
-      std::printf("  behind (the others reached #%lld, finished up to #%lld):\n", called, newest);
+    std::string where;
+    for (const auto& [r, f] : ranks) {
+      if (const Op* o = f.collective(called)) {
+        where = o->kind + " #" + std::to_string(o->seq) + " on rank " + std::to_string(r);
+        break;
+      }
+    }
+    if (called == 0) {
+      std::printf("  no collective recorded\n");
+    } else if (!behind.empty()) {
+      std::printf("  behind (the others reached collective %lld, %s; finished up to collective %lld):\n", called,
+                  where.c_str(), finished);
       for (const auto& b : behind) std::printf("    %s\n", b.c_str());
     } else {
-      std::printf("  no rank is behind: all reached #%lld and finished up to #%lld\n", called, newest);
+      std::printf("  no rank is behind: all reached collective %lld and finished up to %lld\n", called, finished);
     }
     if (!missing.empty()) {
       std::string list;
-      for (int r : missing) list += (list.empty() ? "" : ", ") + std::to_string(r);
+      for (size_t i = 0; i < missing.size() && i < 64; ++i) list += (list.empty() ? "" : ", ") + std::to_string(missing[i]);
+      if (missing.size() > 64) list += " and " + std::to_string(missing.size() - 64) + " more";
       std::printf("  no file from rank(s) %s: dead, hung, or not told where to write (LOOM_FLIGHT_RECORDER_DIR)\n",
                   list.c_str());
     }
     // Different collectives at the same sequence number.
-    std::map<long long, std::map<std::string, std::vector<int>>> bySeq;
+    std::map<long long, std::map<std::string, std::vector<int>>> bySeq;  // by collective number
     for (const auto& [r, f] : ranks)
-      for (const auto& o : f.ops) bySeq[o.seq][o.signature()].push_back(r);
+      for (const auto& o : f.ops)
+        if (o.coll > 0) bySeq[o.coll][o.signature()].push_back(r);
     int mismatches = 0;
     for (const auto& [seq, sigs] : bySeq) {
       if (sigs.size() < 2) continue;
       ++mismatches;
-      std::printf("  MISMATCH at #%lld:", seq);
+      std::printf("  MISMATCH at collective %lld:", seq);
       for (const auto& [sig, rs] : sigs) {
         std::string list;
         for (int r : rs) list += (list.empty() ? "" : ",") + std::to_string(r);
@@ -242,7 +278,7 @@ int mergeFlight(const std::string& dir) {
       }
       std::printf("\n");
     }
-    if (mismatches == 0) std::printf("  every rank called the same operations at the same sequence numbers\n");
+    if (mismatches == 0) std::printf("  every rank called the same collectives in the same order\n");
   }
   return 0;
 }

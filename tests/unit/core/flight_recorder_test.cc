@@ -68,7 +68,7 @@ TEST(FlightRecorder, WritesOneLinePerOperationUnderAHeader) {
             0u)
       << lines[0];
   EXPECT_NE(lines[0].find("\"reason\":\"a \\\"reason\\\"\\u000awith a newline\"}"), std::string::npos) << lines[0];
-  EXPECT_EQ(lines[1].rfind("{\"seq\":1,\"kind\":\"AllReduce\",\"count\":8,\"type\":\"float\",\"op\":\"sum\",\"root\":-1,"
+  EXPECT_EQ(lines[1].rfind("{\"seq\":1,\"coll\":0,\"kind\":\"AllReduce\",\"count\":8,\"type\":\"float\",\"op\":\"sum\",\"root\":-1,"
                            "\"state\":\"done\",",
                            0),
             0u)
