@@ -22,13 +22,6 @@ namespace loom::topology {
 namespace detail {
 namespace {
 
-std::string readLine(const std::string& path) {
-  std::ifstream in(path);
-  std::string line;
-  if (!in || !std::getline(in, line)) return "";
-  while (!line.empty() && (line.back() == '\n' || line.back() == '\r' || line.back() == ' ')) line.pop_back();
-  return line;
-}
 
 long long readNumber(const std::string& path, long long fallback) {
   const std::string s = readLine(path);
@@ -123,6 +116,14 @@ std::vector<Cache> cachesOf(const std::string& sysRoot, int cpu) {
 }
 
 }  // namespace
+
+std::string readLine(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  if (!in || !std::getline(in, line)) return "";
+  while (!line.empty() && (line.back() == '\n' || line.back() == '\r' || line.back() == ' ')) line.pop_back();
+  return line;
+}
 
 int numaOfCpu(const std::string& sysRoot, int cpu) {
   const std::string nodes = sysRoot + "/devices/system/node";

@@ -53,12 +53,6 @@ std::string busIdOf(unsigned domain, unsigned bus, unsigned dev, unsigned func) 
   return buf;
 }
 
-std::string readSysfs(const std::string& path) {
-  std::ifstream in(path);
-  std::string line;
-  std::getline(in, line);
-  return line;
-}
 
 }  // namespace
 
@@ -162,11 +156,11 @@ Result<Machine> hwlocMachine() {
     f.subDevice = a.subdevice_id;
     // hwloc gives the link as one GB/s figure; sysfs has NCCL's spelling.
     const std::string dir = "/sys/bus/pci/devices/" + f.busId;
-    f.linkSpeed = readSysfs(dir + "/current_link_speed");
+    f.linkSpeed = readLine(dir + "/current_link_speed");
     if (f.linkSpeed.find("Unknown") != std::string::npos) f.linkSpeed.clear();
-    f.linkWidth = std::atoi(readSysfs(dir + "/current_link_width").c_str());
+    f.linkWidth = std::atoi(readLine(dir + "/current_link_width").c_str());
     // The class's programming interface byte is not in hwloc's class_id.
-    const std::string cls = readSysfs(dir + "/class");
+    const std::string cls = readLine(dir + "/class");
     if (!cls.empty()) f.cls = uint32_t(std::strtoul(cls.c_str(), nullptr, 0));
     m.pci.push_back(std::move(f));
   };

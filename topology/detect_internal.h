@@ -62,6 +62,8 @@ std::vector<GpuInfo> nvmlGpus();
 
 // Shared by both CPU back ends: vendor and model from /proc/cpuinfo.
 void cpuIdentity(Machine* m);
+// The first line of a (sysfs) file, trailing blanks removed; "" when unreadable.
+std::string readLine(const std::string& path);
 // The NUMA node that holds `cpu`, -1 when sysfs does not say.
 int numaOfCpu(const std::string& sysRoot, int cpu);
 // NCCL's affinity spelling: 32-bit hex groups, most significant first.
