@@ -9,6 +9,7 @@
 #
 #   tools/gpu_check.sh            # everything, about 5 minutes
 #   CHECKS="build perf" tools/gpu_check.sh
+#   CHECKS=device DEVICE_MODES="latency graph" tools/gpu_check.sh
 #
 # GoogleTest is optional: without it (no /usr/include/gtest and no
 # GTEST_ROOT=<dir with include/ and lib/>) the library, the tools and the
@@ -69,7 +70,7 @@ fi
 if want tests && [ -f "$build/CTestTestfile.cmake" ]; then
   # The device kernels against the host reference, and cuda mode on the
   # emulated device (its CPU part) on this machine too.
-  run tests 300 ctest --test-dir "$build" --output-on-failure -j 4 -R 'CudaKernels|CudaMode|CudaIpc'
+  run tests 180 ctest --test-dir "$build" --output-on-failure -j 4 -R 'CudaKernels|CudaMode|CudaIpc'
 fi
 
 if want exports; then
@@ -79,17 +80,17 @@ fi
 bin="$build/bin"
 if want perf; then
   # One GPU, 2 ranks as threads, device buffers (cuda mode), checking on.
-  perf perf-all_reduce 300 "$bin/all_reduce_perf" -t 2 -b 8 -e 8M -f 8 -c 1 -d all -o all -n 5 -w 1
-  perf perf-reduce_scatter 300 "$bin/reduce_scatter_perf" -t 2 -b 8 -e 8M -f 8 -c 1 -d all -o all -n 5 -w 1
-  perf perf-all_gather 300 "$bin/all_gather_perf" -t 2 -b 8 -e 8M -f 8 -c 1 -d all -n 5 -w 1
-  perf perf-broadcast 300 "$bin/broadcast_perf" -t 2 -b 8 -e 8M -f 8 -c 1 -d all -n 5 -w 1
-  perf perf-sendrecv 300 "$bin/sendrecv_perf" -t 2 -b 8 -e 8M -f 8 -c 1 -d all -n 5 -w 1
+  perf perf-all_reduce 120 "$bin/all_reduce_perf" -t 2 -b 8 -e 8M -f 8 -c 1 -d all -o all -n 5 -w 1
+  perf perf-reduce_scatter 120 "$bin/reduce_scatter_perf" -t 2 -b 8 -e 8M -f 8 -c 1 -d all -o all -n 5 -w 1
+  perf perf-all_gather 120 "$bin/all_gather_perf" -t 2 -b 8 -e 8M -f 8 -c 1 -d all -n 5 -w 1
+  perf perf-broadcast 120 "$bin/broadcast_perf" -t 2 -b 8 -e 8M -f 8 -c 1 -d all -n 5 -w 1
+  perf perf-sendrecv 120 "$bin/sendrecv_perf" -t 2 -b 8 -e 8M -f 8 -c 1 -d all -n 5 -w 1
 fi
 
 if want procs; then
   # 4 ranks as processes sharing the GPU, GPU to GPU through CUDA IPC.
   for t in float bfloat16 f8e4m3; do
-    perf "procs4-all_reduce-$t" 300 env NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT "$bin/loomrun" -n 4 --timeout 280 -- \
+    perf "procs4-all_reduce-$t" 120 env NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT "$bin/loomrun" -n 4 --timeout 110 -- \
       "$bin/all_reduce_perf" -b 8 -e 32M -f 8 -c 1 -d "$t" -n 5 -w 1
     grep -q "via cudaipc" "$logs/procs4-all_reduce-$t.log" ||
       { echo "FAIL procs4-all_reduce-$t (no connection used cudaipc; log: $logs/procs4-all_reduce-$t.log)"; failed=1; }
@@ -100,7 +101,7 @@ if want network; then
   # The same forced across the network path: no shared memory, no CUDA IPC
   # (pinned host slots over TCP).
   for t in float bfloat16 f8e4m3; do
-    perf "network4-all_reduce-$t" 300 env NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 "$bin/loomrun" -n 4 --timeout 280 -- \
+    perf "network4-all_reduce-$t" 120 env NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 "$bin/loomrun" -n 4 --timeout 110 -- \
       "$bin/all_reduce_perf" -b 8 -e 8M -f 8 -c 1 -d "$t" -n 5 -w 1
   done
 fi
@@ -108,15 +109,15 @@ fi
 if want device; then
   # Stream semantics, graphs, failures and bandwidth on the device
   # (tools/gpu/gpu_stream_check.cc; each prints its figures in its log).
-  for mode in latency graph abort kill bench; do
-    run "device-$mode" 180 "$bin/loom_gpu_stream_check" "$mode"
+  for mode in ${DEVICE_MODES:-latency graph abort kill bench}; do
+    run "device-$mode" 90 "$bin/loom_gpu_stream_check" "$mode"
     grep -E "^$mode: " "$logs/device-$mode.log" | grep -v ": ok$" | sed 's/^/  /'
   done
 fi
 
 if want torch; then
   if python3 -c 'import torch; assert torch.cuda.is_available()' >/dev/null 2>&1; then
-    run torch-ddp 300 env LD_PRELOAD="$build/lib/libnccl.so.2" python3 "$root/tools/gpu/ddp_check.py"
+    run torch-ddp 180 env LD_PRELOAD="$build/lib/libnccl.so.2" python3 "$root/tools/gpu/ddp_check.py"
   else
     echo "SKIP torch-ddp: no PyTorch with CUDA here"
   fi

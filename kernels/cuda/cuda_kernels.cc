@@ -52,6 +52,22 @@ bool useFloat32(Accumulation a) {
 
 }  // namespace
 
+Status loadKernels() {
+  static std::atomic<bool> loaded[kMaxDevices] = {};
+  int device = 0;
+  if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return cudaFailure("cudaGetDevice", e);
+  if (device < kMaxDevices && loaded[device].load(std::memory_order_acquire)) return Status::ok();
+  // Several threads may load at once: loading twice is harmless.
+  if (int e = detail::preloadGateKernels(); e != cudaSuccess) {
+    return cudaFailure("loading loom's gate kernels", cudaError_t(e));
+  }
+  if (int e = detail::preloadReduceKernels(); e != cudaSuccess) {
+    return cudaFailure("loading loom's reduction kernels", cudaError_t(e));
+  }
+  if (device < kMaxDevices) loaded[device].store(true, std::memory_order_release);
+  return Status::ok();
+}
+
 int deviceCount() {
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess) {
@@ -65,6 +81,7 @@ Status reduce(const Reduction& r, void* dst, const void* const* partials, int np
               size_t count, bool applyPost, void* stream) {
   if (count == 0 || (npartials <= 0 && local == nullptr)) return Status::ok();
   if (npartials < 0) npartials = 0;
+  LOOM_TRY(loadKernels());
   if (isPlainCopy(r, npartials, local, applyPost)) {
     void* dsts[] = {dst};
     return copyToMany(dsts, 1, npartials > 0 ? partials[0] : local, count * dataTypeSize(r.type), stream);
@@ -101,6 +118,7 @@ Status reduce(const Reduction& r, void* dst, const void* const* partials, int np
 
 Status copyToMany(void* const* dsts, int ndsts, const void* src, size_t bytes, void* stream) {
   if (bytes == 0 || ndsts <= 0) return Status::ok();
+  LOOM_TRY(loadKernels());
   const auto s = static_cast<cudaStream_t>(stream);
   detail::CopyLaunch l{};
   l.src = src;
@@ -126,6 +144,7 @@ Status copyToMany(void* const* dsts, int ndsts, const void* src, size_t bytes, v
 }
 
 Status gate(const uint64_t* word, uint64_t value, void* stream) {
+  LOOM_TRY(loadKernels());
   if (int e = detail::launchGate(word, value, stream); e != cudaSuccess) {
     return cudaFailure("gate kernel launch", cudaError_t(e));
   }
@@ -133,6 +152,7 @@ Status gate(const uint64_t* word, uint64_t value, void* stream) {
 }
 
 Status gateIndirect(const uint64_t* word, const uint64_t* target, void* stream) {
+  LOOM_TRY(loadKernels());
   if (int e = detail::launchGateIndirect(word, target, stream); e != cudaSuccess) {
     return cudaFailure("gate kernel launch", cudaError_t(e));
   }

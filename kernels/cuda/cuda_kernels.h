@@ -22,6 +22,14 @@ namespace loom::kernels::cuda {
 // Devices the CUDA runtime sees; 0 without a GPU or driver (never fails).
 int deviceCount();
 
+// Loads all of loom's kernels on the current device, once per device (later
+// calls return at once). Every function below calls it first, so loom's
+// first kernel launch on a device loads them all: CUDA loads kernels lazily
+// (at first launch, by default), and a load can wait for the whole device,
+// gates included, which would deadlock once a gate waits for loom's host
+// side. Call it early to move that cost out of the first operation.
+Status loadKernels();
+
 // dst = partials[0] (+) ... (+) pre(local), then post: exactly the contract of
 // kernels::reduce() (reduce.h), with the same bits as the host kernels (NaN
 // payloads aside), on device memory of the current device, queued on

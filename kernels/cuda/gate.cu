@@ -31,6 +31,12 @@ int launchGateIndirect(const uint64_t* word, const uint64_t* target, void* strea
   return int(cudaGetLastError());
 }
 
+int preloadGateKernels() {
+  cudaFuncAttributes a;
+  if (cudaError_t e = cudaFuncGetAttributes(&a, gateKernel); e != cudaSuccess) return int(e);
+  return int(cudaFuncGetAttributes(&a, gateIndirectKernel));
+}
+
 int launchGate(const uint64_t* word, uint64_t value, void* stream) {
   gateKernel<<<1, 1, 0, static_cast<cudaStream_t>(stream)>>>(word, value);
   return int(cudaGetLastError());

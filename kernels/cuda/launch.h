@@ -46,4 +46,11 @@ int launchGate(const uint64_t* word, uint64_t value, void* stream);
 // The same until *word >= *target (read when the kernel starts).
 int launchGateIndirect(const uint64_t* word, const uint64_t* target, void* stream);
 
+// Load every kernel of reduce.cu / gate.cu on the current device now. With
+// lazy loading (CUDA's default since 12.2) a kernel is loaded at its first
+// launch, and loading may wait for the whole device: launched while a gate
+// holds a stream for the host, it would never return. Return a cudaError_t.
+int preloadReduceKernels();
+int preloadGateKernels();
+
 }  // namespace loom::kernels::cuda::detail

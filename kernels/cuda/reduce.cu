@@ -199,6 +199,26 @@ __global__ void copyKernel(CopyParams p) {
   }
 }
 
+// Loading a kernel by name (cudaFuncGetAttributes) makes the driver load it
+// now instead of at its first launch (see preloadKernels in launch.h).
+template <typename T, typename Op>
+cudaError_t loadOp() {
+  cudaFuncAttributes a;
+  if constexpr (Fp32Sum<T, Op>::value) {
+    if (cudaError_t e = cudaFuncGetAttributes(&a, reduceKernel<T, Op, true>); e != cudaSuccess) return e;
+  }
+  return cudaFuncGetAttributes(&a, reduceKernel<T, Op, false>);
+}
+
+template <typename T>
+cudaError_t loadTyped() {
+  for (cudaError_t e : {loadOp<T, SumOp<T>>(), loadOp<T, ProdOp<T>>(), loadOp<T, MaxOp<T>>(), loadOp<T, MinOp<T>>(),
+                        loadOp<T, PreMulSumOp<T>>(), loadOp<T, SumPostDivOp<T>>()}) {
+    if (e != cudaSuccess) return e;
+  }
+  return cudaSuccess;
+}
+
 }  // namespace
 
 int launchReduce(const ReduceLaunch& l, void* stream) {
@@ -239,6 +259,17 @@ int launchCopy(const CopyLaunch& l, void* stream) {
   }
   copyKernel<<<l.blocks, l.threads, 0, static_cast<cudaStream_t>(stream)>>>(p);
   return int(cudaGetLastError());
+}
+
+int preloadReduceKernels() {
+  cudaFuncAttributes a;
+  for (cudaError_t e : {loadTyped<int8_t>(), loadTyped<uint8_t>(), loadTyped<int32_t>(), loadTyped<uint32_t>(),
+                        loadTyped<int64_t>(), loadTyped<uint64_t>(), loadTyped<Half>(), loadTyped<float>(),
+                        loadTyped<double>(), loadTyped<Bfloat16>(), loadTyped<Float8e4m3>(), loadTyped<Float8e5m2>(),
+                        cudaFuncGetAttributes(&a, copyKernel)}) {
+    if (e != cudaSuccess) return int(e);
+  }
+  return int(cudaSuccess);
 }
 
 }  // namespace loom::kernels::cuda::detail

@@ -98,6 +98,7 @@ struct Ticket {
 }  // namespace
 
 Result<std::unique_ptr<DeviceQueue>> DeviceQueue::create(Communicator* comm, device::Api* api) {
+  LOOM_TRY(api->loadKernels(comm->cudaDevice()));
   std::unique_ptr<DeviceQueue> q(new DeviceQueue(comm, api));
   LOOM_ASSIGN_OR_RETURN(q->word_, device::acquireGateWord(api));
   q->base_ = device::readGateWord(q->word_);

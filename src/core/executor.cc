@@ -12,8 +12,8 @@ using transport::Transfer;
 
 Result<std::byte*> Scratch::get(size_t bytes) {
   if (bytes <= size_) return mem_;
-  reset();
   if (api_) {
+    bytes = std::max(bytes, 2 * size_);
     const bool pinned = kind_ != Kind::kDevice;
     auto p = pinned ? api_->allocHost(bytes) : api_->allocDevice(bytes);
     if (!p.isOk()) {
@@ -21,6 +21,7 @@ Result<std::byte*> Scratch::get(size_t bytes) {
                                        (pinned ? "pinned" : "device") +
                                        " staging memory (lower LOOM_CHUNK_BYTES / NCCL_BUFFSIZE)");
     }
+    if (mem_) retired_.push_back(mem_);
     mem_ = static_cast<std::byte*>(p.value());
   } else {
     void* p = nullptr;
@@ -29,19 +30,23 @@ Result<std::byte*> Scratch::get(size_t bytes) {
                          " bytes of staging memory for this operation (out of host memory); lower "
                          "LOOM_CHUNK_BYTES / NCCL_BUFFSIZE or free memory");
     }
+    release(mem_);
     mem_ = static_cast<std::byte*>(p);
   }
   size_ = bytes;
   return mem_;
 }
 
-void Scratch::reset() {
-  if (!mem_) return;
-  if (!api_) std::free(mem_);
-  else if (kind_ == Kind::kDevice) api_->freeDevice(mem_);
-  else api_->freeHost(mem_);
-  mem_ = nullptr;
-  size_ = 0;
+Scratch::~Scratch() {
+  for (std::byte* m : retired_) release(m);
+  release(mem_);
+}
+
+void Scratch::release(std::byte* mem) {
+  if (!mem) return;
+  if (!api_) std::free(mem);
+  else if (kind_ == Kind::kDevice) api_->freeDevice(mem);
+  else api_->freeHost(mem);
 }
 
 void PlanRunner::ReduceSink::consume(size_t offset, const void* bytes, size_t n) {

@@ -43,18 +43,23 @@ class Scratch {
   enum class Kind { kHost, kPinned, kDevice };
   Scratch() = default;
   Scratch(device::Api* api, Kind kind) : api_(api), kind_(kind) {}
-  ~Scratch() { reset(); }
+  ~Scratch();
   Scratch(const Scratch&) = delete;
   Scratch& operator=(const Scratch&) = delete;
-  // At least `bytes` of memory, or an error naming the size.
+  // At least `bytes` of memory, or an error naming the size. Pinned and
+  // device memory that grows keeps its old block until the destructor: a
+  // cudaFree waits for the whole device, and the progress thread calls this
+  // while users' streams wait behind loom's gates. Blocks at least double,
+  // so the kept ones add up to less than the last.
   Result<std::byte*> get(size_t bytes);
 
  private:
-  void reset();
+  void release(std::byte* mem);
   device::Api* api_ = nullptr;
   Kind kind_ = Kind::kHost;
   std::byte* mem_ = nullptr;
   size_t size_ = 0;
+  std::vector<std::byte*> retired_;
 };
 
 // Cuda mode: where the executor's kernels run (see the top of this file).

@@ -77,6 +77,18 @@ class CudaApi final : public Api {
     return hex;
   }
 
+  Status loadKernels(int device) override {
+    RelaxedCapture relaxed;
+    int current = 0;
+    if (cudaError_t e = cudaGetDevice(&current); e != cudaSuccess) return failure("cudaGetDevice", e);
+    if (current != device) {
+      if (cudaError_t e = cudaSetDevice(device); e != cudaSuccess) return failure("cudaSetDevice", e);
+    }
+    Status s = kernels::cuda::loadKernels();
+    if (current != device) cudaSetDevice(current);
+    return s;
+  }
+
   Result<Stream> createStream() override {
     RelaxedCapture relaxed;
     cudaStream_t s = nullptr;

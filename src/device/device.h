@@ -51,6 +51,12 @@ class Api {
   // The device's PCI bus id ("0000:18:00.0"), to place it in the topology.
   virtual Result<std::string> pciBusId(int device) = 0;
 
+  // Loads loom's kernels on `device` now (the calling thread's current device
+  // is left as it was). Launches load them too, but lazily loading a kernel
+  // can wait for the whole device: done at init, a first operation neither
+  // waits for the user's running kernels nor hangs behind a gate.
+  virtual Status loadKernels(int device) = 0;
+
   // A stream owned by loom, not synchronizing with the legacy default stream.
   virtual Result<Stream> createStream() = 0;
   virtual void destroyStream(Stream stream) = 0;

@@ -4,6 +4,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <random>
@@ -63,6 +65,15 @@ struct EmulatedDevice::Queue {
     const uint64_t target = queued;
     cv.wait(lock, [&] { return finished >= target; });
   }
+  // What is queued now: finished once finished() reaches it.
+  uint64_t mark() {
+    std::lock_guard<std::mutex> lock(mutex);
+    return queued;
+  }
+  bool reached(uint64_t target, std::chrono::steady_clock::time_point deadline) {
+    std::unique_lock<std::mutex> lock(mutex);
+    return cv.wait_until(lock, deadline, [&] { return finished >= target; });
+  }
   size_t pending() {
     std::lock_guard<std::mutex> lock(mutex);
     return size_t(queued - finished);
@@ -102,7 +113,7 @@ struct EmulatedDevice::Queue {
 };
 
 EmulatedDevice::EmulatedDevice(Options options)
-    : options_(options), defaultStream_(std::make_unique<Queue>(options.maxDelayUs, 1)) {}
+    : options_(options), defaultStream_(std::make_shared<Queue>(options.maxDelayUs, 1)) {}
 
 EmulatedDevice::~EmulatedDevice() {
   streams_.clear();
@@ -149,7 +160,7 @@ Result<std::string> EmulatedDevice::pciBusId(int device) {
 
 Result<device::Stream> EmulatedDevice::createStream() {
   static std::atomic<uint64_t> seeds{100};
-  auto q = std::make_unique<Queue>(options_.maxDelayUs, seeds++);
+  auto q = std::make_shared<Queue>(options_.maxDelayUs, seeds++);
   void* handle = q.get();
   std::lock_guard<std::mutex> lock(mutex_);
   streams_[handle] = std::move(q);
@@ -157,7 +168,7 @@ Result<device::Stream> EmulatedDevice::createStream() {
 }
 
 void EmulatedDevice::destroyStream(device::Stream stream) {
-  std::unique_ptr<Queue> q;
+  std::shared_ptr<Queue> q;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = streams_.find(stream);
@@ -166,6 +177,28 @@ void EmulatedDevice::destroyStream(device::Stream stream) {
     streams_.erase(it);
   }
   // As cudaStreamDestroy: queued work still runs; the worker finishes it.
+}
+
+// cudaFree and cudaFreeHost wait until the device has finished everything
+// queued before them, on every stream. Called while a gate waits for loom,
+// they would hang on a GPU: here the wait is bounded and a hang is reported
+// as a crash, so the tests catch the call.
+void EmulatedDevice::implicitSynchronize(const char* call) {
+  std::vector<std::pair<std::shared_ptr<Queue>, uint64_t>> marks;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto& [handle, q] : streams_) marks.emplace_back(q, q->mark());
+  }
+  marks.emplace_back(defaultStream_, defaultStream_->mark());
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  for (auto& [q, target] : marks) {
+    if (q->reached(target, deadline)) continue;
+    std::fprintf(stderr,
+                 "emulated device: %s waited 30 s for a stream's earlier work (a gate, say) to finish; on a "
+                 "GPU this call synchronizes the device and would hang here\n",
+                 call);
+    std::abort();
+  }
 }
 
 Status EmulatedDevice::synchronize(device::Stream stream) {
@@ -190,8 +223,24 @@ Result<void*> EmulatedDevice::allocDevice(size_t bytes) {
   return reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(p) | kDeviceTag);
 }
 
+void EmulatedDevice::loadOnFirstLaunch(int device) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (loaded_.count(device)) return;
+  }
+  implicitSynchronize("loading kernels at their first launch (CUDA's lazy loading)");
+  std::lock_guard<std::mutex> lock(mutex_);
+  loaded_.insert(device);
+}
+
+Status EmulatedDevice::loadKernels(int device) {
+  loadOnFirstLaunch(device);
+  return Status::ok();
+}
+
 void EmulatedDevice::freeDevice(void* p) {
   if (!p) return;
+  implicitSynchronize("freeDevice (cudaFree)");
   void* host = hostView(p);
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = allocations_.find(host);
@@ -262,6 +311,7 @@ Result<void*> EmulatedDevice::allocHost(size_t bytes) {
 
 void EmulatedDevice::freeHost(void* p) {
   if (!p) return;
+  implicitSynchronize("freeHost (cudaFreeHost)");
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = allocations_.find(p);
   if (it == allocations_.end() || it->second.fd >= 0) return;
@@ -280,6 +330,7 @@ Status EmulatedDevice::copyAsync(void* dst, const void* src, size_t bytes, devic
 Status EmulatedDevice::reduceAsync(const kernels::Reduction& r, void* dst, const void* const* partials,
                                    int npartials, const void* local, size_t count, bool applyPost,
                                    device::Stream stream) {
+  loadOnFirstLaunch(tCurrentDevice);
   Queue* q = queueOf(stream);
   if (!q) return invalidArgument("unknown emulated stream");
   if (npartials < 0 || npartials > 8) return invalidArgument("emulated reduce: bad source count");
@@ -339,6 +390,7 @@ Status EmulatedDevice::launchHostFunc(device::Stream stream, void (*fn)(void*), 
 }
 
 Status EmulatedDevice::launchGate(device::Stream stream, const uint64_t* word, uint64_t value) {
+  loadOnFirstLaunch(tCurrentDevice);
   Queue* q = queueOf(stream);
   if (!q) return invalidArgument("unknown emulated stream");
   q->push([word, value] {
@@ -348,6 +400,7 @@ Status EmulatedDevice::launchGate(device::Stream stream, const uint64_t* word, u
 }
 
 Status EmulatedDevice::launchGateIndirect(device::Stream stream, const uint64_t* word, const uint64_t* target) {
+  loadOnFirstLaunch(tCurrentDevice);
   Queue* q = queueOf(stream);
   if (!q) return invalidArgument("unknown emulated stream");
   q->push([word, target] {

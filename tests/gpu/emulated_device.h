@@ -27,6 +27,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -52,6 +53,7 @@ class EmulatedDevice final : public device::Api {
   Status setDevice(int device) override;
   Result<std::string> deviceUuid(int device) override;
   Result<std::string> pciBusId(int device) override;
+  Status loadKernels(int device) override;
   Result<device::Stream> createStream() override;
   void destroyStream(device::Stream stream) override;
   Status synchronize(device::Stream stream) override;
@@ -104,11 +106,15 @@ class EmulatedDevice final : public device::Api {
   struct Queue;
   struct EventState;
   Queue* queueOf(device::Stream stream);
+  void implicitSynchronize(const char* call);
+  // As CUDA's lazy loading: the first kernel on a device (unless
+  // loadKernels came first) waits for the device like cudaFree.
+  void loadOnFirstLaunch(int device);
 
   Options options_;
-  std::unique_ptr<Queue> defaultStream_;  // the legacy default stream (nullptr)
+  std::shared_ptr<Queue> defaultStream_;  // the legacy default stream (nullptr)
   mutable std::mutex mutex_;
-  std::map<void*, std::unique_ptr<Queue>> streams_;
+  std::map<void*, std::shared_ptr<Queue>> streams_;
   struct Allocation {
     size_t bytes;
     int fd;  // device memory: its memfd; pinned host memory: -1
@@ -116,6 +122,7 @@ class EmulatedDevice final : public device::Api {
   std::map<void*, Allocation> allocations_;
   std::map<void*, size_t> opened_;  // peers' memory mapped by ipcOpen
   std::map<void*, std::shared_ptr<EventState>> events_;
+  std::set<int> loaded_;  // devices whose kernels are loaded
   std::atomic<uint64_t> reduceLaunches_{0};
 };
 

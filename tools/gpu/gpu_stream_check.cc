@@ -358,6 +358,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   gMode = argv[1];
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // each line reaches the log at once, also before a hang
   if (gMode == "kill") return killCheck();  // forks before CUDA is touched
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) fail("no CUDA device");

@@ -158,8 +158,10 @@ Status CudaIpcConnection::attach(const Descriptor& peer) {
 // Writes a probe into the peer's inbox and reads it back: proves the
 // mapping before the pair commits to it.
 Status CudaIpcConnection::probe() {
-  LOOM_ASSIGN_OR_RETURN(void* host, api_->allocHost(2 * kProbeBytes));
-  auto* bytes = static_cast<uint8_t*>(host);
+  // Ordinary host memory: freeing pinned memory here (cudaFreeHost) would
+  // wait for the whole device, users' streams gated on loom included.
+  std::vector<uint8_t> host(2 * kProbeBytes);
+  uint8_t* bytes = host.data();
   const uint64_t seed = processNonce() ^ uint64_t(peer_) * 0x9e3779b97f4a7c15ull;
   for (size_t i = 0; i < kProbeBytes; ++i) bytes[i] = uint8_t(seed >> (8 * (i % 8))) ^ uint8_t(i);
   std::memset(bytes + kProbeBytes, 0, kProbeBytes);
@@ -169,7 +171,6 @@ Status CudaIpcConnection::probe() {
   if (s.isOk() && std::memcmp(bytes, bytes + kProbeBytes, kProbeBytes) != 0) {
     s = Status(Code::kCudaError, "bytes written into " + rankName(peer_) + "'s inbox read back different");
   }
-  api_->freeHost(host);
   return s.isOk() ? s : s.addContext("probing the CUDA IPC mapping of " + rankName(peer_) + "'s inbox");
 }
 
