@@ -426,11 +426,10 @@ ncclResult_t pncclCommDestroy(ncclComm_t comm);
 ncclResult_t ncclCommAbort(ncclComm_t comm);
 ncclResult_t pncclCommAbort(ncclComm_t comm);
 
-/* ncclCommRevoke: stop in-flight work on comm so that it can then be split,
- * shrunk or destroyed safely (revokeFlags must be NCCL_REVOKE_DEFAULT).
- * NOT SUPPORTED by loom yet: returns ncclInvalidUsage and leaves comm as it
- * was (ncclInvalidArgument for an unknown comm). Use ncclCommAbort to stop
- * a communicator. */
+/* ncclCommRevoke: ends comm's in-flight operations (also those blocked on
+ * another thread, or queued on a stream) and all later ones with an error,
+ * without freeing it, so that it can then be shrunk or destroyed safely.
+ * Local: each rank revokes its own. revokeFlags must be NCCL_REVOKE_DEFAULT. */
 ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags);
 ncclResult_t pncclCommRevoke(ncclComm_t comm, int revokeFlags);
 
@@ -446,12 +445,14 @@ ncclResult_t pncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* new
                             ncclConfig_t* config);
 
 /* ncclCommShrink: make a new communicator from comm without the
- * `excludeRanksCount` ranks listed in excludeRanksList; the remaining ranks
- * keep their relative order. shrinkFlags: NCCL_SHRINK_*.
- * NOT SUPPORTED by loom yet: returns ncclInvalidUsage without creating
- * anything (ncclInvalidArgument for an unknown comm). While the parent is
- * healthy, ncclCommSplit with NCCL_SPLIT_NOCOLOR on the excluded ranks gives
- * the same result. */
+ * `excludeRanksCount` ranks listed in excludeRanksList (any order); the
+ * remaining ranks keep their relative order and each of them, and no
+ * excluded rank, calls it with the same list. NCCL_SHRINK_DEFAULT: comm is
+ * healthy (queued work is waited for first). NCCL_SHRINK_ABORT: the
+ * excluded ranks may be dead or hung; comm is revoked first
+ * (ncclCommRevoke). Works on a communicator that has failed: it does not
+ * need the excluded ranks, dead or alive. config NULL: the child inherits
+ * comm's options. Blocks like ncclCommInitRank (group rules apply). */
 ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList, int excludeRanksCount,
                             ncclComm_t* newcomm, ncclConfig_t* config, int shrinkFlags);
 ncclResult_t pncclCommShrink(ncclComm_t comm, int* excludeRanksList, int excludeRanksCount,

@@ -1,4 +1,5 @@
 // Unique ids, communicator creation and teardown, and queries.
+#include <algorithm>
 #include <cstring>
 #include <thread>
 
@@ -242,16 +243,55 @@ NCCL_API(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key, ncclC
 NCCL_API(ncclResult_t, ncclCommShrink, ncclComm_t comm, int* excludeRanksList, int excludeRanksCount,
          ncclComm_t* newcomm, ncclConfig_t* config, int shrinkFlags) {
   return guard("ncclCommShrink", [&]() -> Status {
-    LOOM_TRY(lookup(comm).status());
-    return invalidUsage("ncclCommShrink is not supported by loom yet; create a new communicator with "
-                        "ncclCommSplit or a new unique id instead");
+    // A failed parent is what a shrink is for: no lookupUsable.
+    LOOM_ASSIGN_OR_RETURN(CommRef parent, lookup(comm));
+    LOOM_TRY(checkPtr(newcomm, "newcomm"));
+    if (shrinkFlags != NCCL_SHRINK_DEFAULT && shrinkFlags != NCCL_SHRINK_ABORT) {
+      return invalidArgument("shrinkFlags " + std::to_string(shrinkFlags) +
+                             " is neither NCCL_SHRINK_DEFAULT (0) nor NCCL_SHRINK_ABORT (1)");
+    }
+    if (excludeRanksCount < 0) return invalidArgument("excludeRanksCount is negative");
+    if (excludeRanksCount > 0) LOOM_TRY(checkPtr(excludeRanksList, "excludeRanksList"));
+    if (Status s = parent->waitReady(); !s.isOk() && !parent->ready()) {
+      return Status(s.code(), "the communicator's init did not succeed, so it cannot be shrunk: " + s.message());
+    }
+    std::vector<int> excluded(excludeRanksList, excludeRanksList + excludeRanksCount);
+    std::sort(excluded.begin(), excluded.end());
+    for (size_t i = 0; i < excluded.size(); ++i) {
+      LOOM_TRY(checkRank(excluded[i], parent->nranks(), "excludeRanksList entry"));
+      if (i > 0 && excluded[i] == excluded[i - 1]) {
+        return invalidArgument("excludeRanksList names rank " + std::to_string(excluded[i]) + " twice");
+      }
+    }
+    if (std::binary_search(excluded.begin(), excluded.end(), parent->rank())) {
+      return invalidUsage("this rank (" + std::to_string(parent->rank()) +
+                          ") is in excludeRanksList: only the remaining ranks call ncclCommShrink");
+    }
+    CommOptions options = parent->options();
+    options.name.clear();
+    LOOM_TRY(parseConfig(config, &options));
+    *newcomm = nullptr;
+    if (shrinkFlags == NCCL_SHRINK_ABORT) {
+      // The excluded ranks may be dead or hung: end the parent's work first.
+      parent->revoke();
+    } else if (core::DeviceQueue* q = parent->deviceQueue()) {
+      LOOM_TRY(q->drain(parent->options().timeoutS).addContext("ncclCommShrink waits for the parent's queued work"));
+    }
+    const uint64_t ticket = parent->reserveShrink(excluded);
+    return startInit(newcomm, options, [parent = std::move(parent), ticket, excluded](Communicator* child) mutable {
+      return Communicator::shrink(std::move(parent), ticket, std::move(excluded), child);
+    });
   });
 }
 
 NCCL_API(ncclResult_t, ncclCommRevoke, ncclComm_t comm, int revokeFlags) {
   return guard("ncclCommRevoke", [&]() -> Status {
-    LOOM_TRY(lookup(comm).status());
-    return invalidUsage("ncclCommRevoke is not supported by loom yet; use ncclCommAbort");
+    LOOM_ASSIGN_OR_RETURN(CommRef c, lookup(comm));
+    if (revokeFlags != NCCL_REVOKE_DEFAULT) {
+      return invalidArgument("revokeFlags " + std::to_string(revokeFlags) + " is not NCCL_REVOKE_DEFAULT (0)");
+    }
+    c->revoke();
+    return Status::ok();
   });
 }
 

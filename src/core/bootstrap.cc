@@ -144,7 +144,7 @@ Status Bootstrap::buildRing(Deadline deadline, const std::atomic<bool>* abort) {
     if (!s.isOk()) s = s.addContext("connecting to " + describe(next) + " (bootstrap ring)");
   }
   if (s.isOk()) {
-    auto fd = waitFor(wire::HelloKind::kBootstrapRing, prev, deadline, abort);
+    auto fd = waitFor(wire::HelloKind::kBootstrapRing, prev, 0, deadline, abort, true);
     if (fd.isOk()) ringPrev_ = std::move(*fd);
     else s = fd.takeStatus();
   }
@@ -210,7 +210,7 @@ Status checkHello(const wire::Hello& h, const Bootstrap::Identity& self) {
   if (h.commHash != self.commHash) return invalidArgument("a hello for another communicator");
   if (h.toRank != uint32_t(self.rank) || h.fromRank >= uint32_t(self.nranks))
     return invalidArgument("a hello with a bad rank (" + std::to_string(h.fromRank) + ")");
-  if (h.kind < uint32_t(wire::HelloKind::kBootstrapRing) || h.kind > uint32_t(wire::HelloKind::kAbortNotice))
+  if (h.kind < uint32_t(wire::HelloKind::kBootstrapRing) || h.kind > uint32_t(wire::HelloKind::kShrink))
     return invalidArgument("a hello of unknown kind");
   if (h.payload > wire::kMaxNoticeBytes) return invalidArgument("a hello with an oversized payload");
   if (h.kind == uint32_t(wire::HelloKind::kData) && (h.count < 1 || h.count > 16 || h.index >= h.count))
@@ -327,16 +327,21 @@ bool Bootstrap::refuses(int peer) const {
   return net::finishConnect(fd->get()) == ECONNREFUSED;
 }
 
-Result<net::UniqueFd> Bootstrap::waitFor(wire::HelloKind kind, int from, Deadline deadline,
-                                         const std::atomic<bool>* abort) {
+Result<net::UniqueFd> Bootstrap::acceptFrom(wire::HelloKind kind, int from, uint32_t index, Deadline deadline,
+                                            const std::atomic<bool>* abort) {
+  return waitFor(kind, from, index, deadline, abort, false);
+}
+
+Result<net::UniqueFd> Bootstrap::waitFor(wire::HelloKind kind, int from, uint32_t index, Deadline deadline,
+                                         const std::atomic<bool>* abort, bool endOnNotice) {
   constexpr double kProbePeriodS = 0.5;
   Clock::time_point lastProbe = Clock::now();
   bool refusedBefore = false;  // two refusals in a row, half a second apart
   for (;;) {
     service();
-    if (auto fd = take(kind, from, 0, 0)) return std::move(*fd);
+    if (auto fd = take(kind, from, 0, index)) return std::move(*fd);
     if (abort && abort->load()) return abortedError("waiting for " + describe(from));
-    if (!notices_.empty()) {
+    if (endOnNotice && !notices_.empty()) {
       const Notice n = notices_.front();
       return remoteError(describe(n.fromRank) + " reports: " + n.text);
     }

@@ -576,7 +576,7 @@ Status Communicator::connectAll(const std::vector<int>& links, Deadline deadline
     if (deadline.expired()) {
       std::string missing;
       for (int l : links)
-        if (!connPtrs_[size_t(l)]) missing += " " + describePeer(l % nranks_);
+        if (!connPtrs_[size_t(l)]) missing.append(" ").append(describePeer(l % nranks_));
       return remoteError("timed out waiting for data connections from:" + missing);
     }
     // Sleep until the listener, a link's socket or an abort has news; the
@@ -661,6 +661,11 @@ Status Communicator::resolveOp(int op, kernels::DataType type, kernels::Reductio
 }  // namespace loom::core
 
 namespace loom::core {
+
+uint64_t Communicator::reserveShrink(const std::vector<int>& excluded) {
+  std::lock_guard<std::mutex> lock(splitMutex_);
+  return shrinksReserved_[excluded]++;
+}
 
 uint64_t Communicator::reserveSplit() {
   std::lock_guard<std::mutex> lock(splitMutex_);
@@ -812,6 +817,19 @@ Status Communicator::split(CommRef parentRef, uint64_t ticket, int color, int ke
   // child, until the child is set up: a member that failed the exchange
   // (it saw a rank die) may leave before the child connects, and only the
   // parent's notices say why.
+  Status s = joinAsChild(parent, child, ident, std::move(table), deadline);
+  if (s.code() == Code::kRemoteError && !child->aborted()) {
+    Status cause = parent.reportWithin(kPeerReportGraceMs);
+    if (!cause.isOk()) {
+      s = Status(s.code(),
+                 "the parent communicator failed: " + cause.message() + " (seen here as: " + s.message() + ")");
+    }
+  }
+  return s;
+}
+
+Status Communicator::joinAsChild(Communicator& parent, Communicator* child, const Bootstrap::Identity& ident,
+                                 std::vector<wire::RankInfo> table, Deadline deadline) {
   child->rank_ = ident.rank;
   child->nranks_ = ident.nranks;
   child->mode_ = parent.mode_;
@@ -823,14 +841,131 @@ Status Communicator::split(CommRef parentRef, uint64_t ticket, int color, int ke
   if (s.isOk()) s = child->startDeviceMode(parent.cudaDevice_);
   if (s.isOk()) s = child->bootstrap_->adoptTable(std::move(table), deadline, child->abortFlag());
   if (s.isOk()) s = child->finishInit();
-  if (s.code() == Code::kRemoteError && !child->aborted()) {
-    Status cause = parent.reportWithin(kPeerReportGraceMs);
-    if (!cause.isOk()) {
-      s = Status(s.code(),
-                 "the parent communicator failed: " + cause.message() + " (seen here as: " + s.message() + ")");
-    }
-  }
   return s;
+}
+
+void Communicator::revoke() {
+  fail(Status(Code::kInvalidUsage, "the communicator was revoked (ncclCommRevoke): its operations end with this "
+                                   "error; shrink or destroy it"),
+       false);
+  abort();
+}
+
+namespace {
+
+std::string rankList(const std::vector<int>& ranks) {
+  std::string out = "[";
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (i > 0) out += ',';
+    out += std::to_string(ranks[i]);
+  }
+  out += ']';
+  return out;
+}
+
+// The leader's answer to one member: the table, or why the shrink failed.
+Status sendShrinkReply(int fd, const std::vector<uint8_t>* table, const std::string& error, Deadline deadline,
+                       const std::atomic<bool>* abort) {
+  const std::string text = error.substr(0, wire::kMaxReplyTextBytes);
+  wire::Reply reply{wire::kReplyMagic, table ? 0u : 1u, uint32_t(table ? table->size() : text.size()), 0};
+  LOOM_TRY(net::sendAll(fd, &reply, sizeof reply, deadline, abort));
+  if (table) return net::sendAll(fd, table->data(), table->size(), deadline, abort);
+  return net::sendAll(fd, text.data(), text.size(), deadline, abort);
+}
+
+}  // namespace
+
+Status Communicator::shrink(CommRef parentRef, uint64_t ticket, std::vector<int> excluded, Communicator* child) {
+  Communicator& parent = *parentRef;
+  const int n = parent.nranks(), me = parent.rank();
+  std::vector<int> members;
+  for (int r = 0; r < n; ++r)
+    if (!std::binary_search(excluded.begin(), excluded.end(), r)) members.push_back(r);
+  const int leader = members.front();
+  const std::string what = "ncclCommShrink #" + std::to_string(ticket) + " of " + parent.describe() +
+                           " without ranks " + rankList(excluded);
+  uint64_t mix[2] = {ticket, uint64_t(excluded.size())};
+  const uint64_t exclusion =
+      hashBytes(excluded.data(), excluded.size() * sizeof(int), hashBytes(mix, sizeof mix));
+  const Deadline deadline = Deadline::afterSeconds(parent.options().initTimeoutS);
+  const std::atomic<bool>* abort = child->abortFlag();
+
+  net::SocketAddress reach = parent.bootstrap().listenAddress();
+  LOOM_ASSIGN_OR_RETURN(child->bootstrap_, Bootstrap::open(Bootstrap::Identity{}, &reach));
+  wire::RankInfo info = parent.bootstrap().peer(me);
+  child->bootstrap_->listenAddress().encode(info.listenAddr);
+  const std::vector<uint8_t> blob = wire::encode(info);
+
+  std::vector<uint8_t> table;
+  if (me == leader) {
+    // Collect every member's entry, in the parent's order; answer each
+    // with the table (or with why the shrink failed).
+    std::vector<net::UniqueFd> fds;
+    wire::appendTableEntry(blob, &table);
+    Status s;
+    {
+      // The parent's listener is serviced by its operations too: none runs
+      // meanwhile (a revoked parent's operations have ended).
+      std::lock_guard<std::mutex> lock(parent.opMutex());
+      for (size_t i = 1; i < members.size() && s.isOk(); ++i) {
+        const int m = members[i];
+        auto fd = parent.bootstrap().acceptFrom(wire::HelloKind::kShrink, m, uint32_t(exclusion), deadline, abort);
+        if (!fd.isOk()) {
+          s = fd.takeStatus().addContext("waiting for the shrink entry of " + parent.describePeer(m) +
+                                         " (every rank not excluded must call ncclCommShrink with the same "
+                                         "excludeRanksList; a dead rank must be in it)");
+          break;
+        }
+        wire::ShrinkRequest req{};
+        s = net::recvAll(fd->get(), &req, sizeof req, deadline, abort);
+        if (s.isOk() && (req.blobBytes < 8 || req.blobBytes > wire::kMaxRankInfoBytes)) {
+          s = remoteError(parent.describePeer(m) + " sent a shrink entry of " + std::to_string(req.blobBytes) +
+                          " bytes");
+        }
+        std::vector<uint8_t> theirs(s.isOk() ? req.blobBytes : 0);
+        if (s.isOk()) s = net::recvAll(fd->get(), theirs.data(), theirs.size(), deadline, abort);
+        if (s.isOk() && req.exclusion != exclusion) {
+          s = invalidUsage(parent.describePeer(m) + " called ncclCommShrink #" + std::to_string(ticket) +
+                           " with a different excludeRanksList; every remaining rank must pass the same ranks");
+        }
+        if (s.isOk()) s = wire::decodeRankInfo(theirs).status();
+        if (s.isOk()) wire::appendTableEntry(theirs, &table);
+        fds.push_back(std::move(fd.value()));
+      }
+    }
+    for (auto& fd : fds) (void)sendShrinkReply(fd.get(), s.isOk() ? &table : nullptr, s.message(), deadline, abort);
+    if (!s.isOk()) return s.addContext(what);
+  } else {
+    // The hello's index tells this shrink from others of the parent.
+    auto fd = parent.bootstrap().connectPeer(leader, wire::HelloKind::kShrink, 0, uint32_t(exclusion), 0, nullptr, 0,
+                                             deadline, abort);
+    if (!fd.isOk()) {
+      return fd.takeStatus().addContext(what + ": reaching the first remaining rank, " + parent.describePeer(leader));
+    }
+    const wire::ShrinkRequest req{exclusion, uint32_t(blob.size()), 0};
+    Status s = net::sendAll(fd->get(), &req, sizeof req, deadline, abort);
+    if (s.isOk()) s = net::sendAll(fd->get(), blob.data(), blob.size(), deadline, abort);
+    wire::Reply reply{};
+    if (s.isOk()) s = net::recvAll(fd->get(), &reply, sizeof reply, deadline, abort);
+    if (s.isOk()) s = checkRootReply(reply, int(members.size()));
+    if (!s.isOk()) return s.addContext(what + ": waiting for the table from " + parent.describePeer(leader));
+    if (reply.status != 0) {
+      std::string text(reply.length, '\0');
+      LOOM_TRY(net::recvAll(fd->get(), text.data(), text.size(), deadline, abort).addContext(what));
+      return Status(Code::kInvalidUsage, what + ": " + parent.describePeer(leader) + " reports: " + text);
+    }
+    table.resize(reply.length);
+    LOOM_TRY(net::recvAll(fd->get(), table.data(), table.size(), deadline, abort).addContext(what));
+  }
+  LOOM_ASSIGN_OR_RETURN(std::vector<wire::RankInfo> infos,
+                        wire::decodeTable(table, int(members.size())));
+  Bootstrap::Identity ident = parent.bootstrap().identity();
+  ident.nranks = int(members.size());
+  ident.rank = int(std::find(members.begin(), members.end(), me) - members.begin());
+  uint64_t childMix[3] = {ident.commHash, exclusion, 0x5368726b};  // "Shrk"
+  ident.commHash = hashBytes(childMix, sizeof childMix);
+  LOOM_INFO(log::kInit, "%s: rank %d becomes rank %d of %d", what.c_str(), me, ident.rank, ident.nranks);
+  return joinAsChild(parent, child, ident, std::move(infos), deadline).addContext(what);
 }
 
 }  // namespace loom::core

@@ -114,6 +114,21 @@ class Communicator {
   // abort of the parent aborts a child still being set up.
   static Status split(CommRef parent, uint64_t ticket, int color, int key, Communicator* child);
 
+  // ncclCommShrink: every rank not in `excluded` (sorted, this rank not in
+  // it) makes `child` its member of a communicator of the remaining ranks,
+  // in their order. Unlike split it does not use the parent's ring, which
+  // may run through dead ranks: each member sends its entry over the
+  // parent's listener to the first remaining rank, which answers with the
+  // table. `ticket` (reserveShrink) matches the shrinks of the ranks: the
+  // number of earlier shrinks of this rank with the same excluded ranks
+  // (ranks excluded earlier did not count those).
+  uint64_t reserveShrink(const std::vector<int>& excluded);
+  static Status shrink(CommRef parent, uint64_t ticket, std::vector<int> excluded, Communicator* child);
+  // ncclCommRevoke: ends outstanding and future operations with an error
+  // (the sticky error) and stops running ones as an abort does, but keeps
+  // the communicator (its listener, its table) so it can be shrunk.
+  void revoke();
+
   // Pins (see CommRef). tryPin fails once close has begun.
   bool tryPin();
   void addPin();  // another pin beside one already held
@@ -238,6 +253,11 @@ class Communicator {
     const void* scalarPtr = nullptr;
   };
 
+  // Split and shrink: `child` takes its place in a communicator of
+  // `ident`'s size and rank with the peers in `table`, on the parent's
+  // device in cuda mode.
+  static Status joinAsChild(Communicator& parent, Communicator* child, const Bootstrap::Identity& ident,
+                            std::vector<wire::RankInfo> table, Deadline deadline);
   // Cuda mode: picks the table and binds the device (init and split).
   Status startDeviceMode(int device);
 
@@ -273,6 +293,7 @@ class Communicator {
   std::condition_variable splitCv_;
   uint64_t splitsReserved_ = 0;  // tickets handed out
   uint64_t splitsDone_ = 0;      // splits whose exchange over this one ended
+  std::map<std::vector<int>, uint64_t> shrinksReserved_;  // under splitMutex_
   std::set<uint64_t> abandonedSplits_;  // gave up waiting for their turn
   std::mutex listenMutex_;  // guards the bootstrap listener state
   std::map<int, std::unique_ptr<PeerLink>> links_;  // connections being set up

@@ -40,6 +40,15 @@ enum class HelloKind : uint32_t {
   kBootstrapRing = 2,  // rank -> next rank on the bootstrap ring
   kData = 3,           // rank -> peer: one socket of a data connection
   kAbortNotice = 4,    // rank -> peer: "the communicator failed", followed by text
+  kShrink = 5,         // rank -> the shrink's leader, over the parent: ShrinkRequest, then a Reply
+};
+
+// ncclCommShrink: what a member sends its leader after the hello (then its
+// RankInfo blob for the child).
+struct ShrinkRequest {
+  uint64_t exclusion;  // hash of the excluded ranks and the shrink's number
+  uint32_t blobBytes;
+  uint32_t reserved;
 };
 
 // First bytes on every connection. The secret comes from the unique id; a

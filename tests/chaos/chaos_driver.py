@@ -11,6 +11,13 @@ Every survivor must return an error naming the dead rank ("rank K") within
 stacks are dumped (gdb) and it is killed. Afterwards no process of the round
 may be left, and no new /dev/shm entry or listening socket.
 
+Shrink rounds (--shrink-rounds): 4 ranks (--shrink-ranks) of `loom_chaos_rank
+shrink` run random collectives; one chosen rank gets SIGKILL; the others must
+shrink it away (ncclCommShrink with NCCL_SHRINK_ABORT, or ncclCommRevoke then
+NCCL_SHRINK_DEFAULT) and run one checked operation of every kind on the new
+communicator, all within --bound-s of the kill. The report gives kill ->
+first correct collective on the shrunk communicator (the last survivor's).
+
 Abort test: `loom_chaos_rank abort` (100 tries of ncclCommAbort from another
 thread while an AllReduce is blocked).
 
@@ -192,6 +199,9 @@ class Report:
         self.abort_tries = []
         self.abort_error = None
         self.foreign_sockets = 0
+        self.shrink_rounds = 0
+        self.kill_to_shrunk = []  # per round: the last survivor's first correct operation
+        self.shrink_calls = []    # each survivor's ncclCommShrink time
 
     def problem(self, kind, text):
         self.problems[kind].append(text)
@@ -450,6 +460,86 @@ def kill_round(args, rep, index, round_seed, logdir):
             rep.notes.append("%s: logs in %s" % (label, logdir))
 
 
+SHRUNK_RE = re.compile(r"^SHRUNK code=(-?\d+) first_t=([0-9.]+) shrink_s=([0-9.]+) rank=(-?\d+) nranks=(\d+) "
+                       r"ops=(\d+) kinds=(\d+) wrong=(\d+) destroy_s=([0-9.]+) error=(.*)$", re.M)
+
+
+def shrink_round(args, rep, index, round_seed, logdir):
+    """One shrink round: kill a rank of a running job, check that the
+    survivors shrink it away and that everything then runs correctly."""
+    rng = random.Random(round_seed)
+    n = args.shrink_ranks
+    plan = {"n": n, "shm_disable": rng.choice("01"), "delay": rng.uniform(0.3, 1.5), "victim": rng.randrange(n),
+            "revoke": int(rng.random() < 0.3), "op_seed": rng.getrandbits(63), "port": free_port(),
+            "secret": "chaos-shrink-%d-%s" % (index, os.urandom(8).hex())}
+    plan["transport"] = "tcp" if plan["shm_disable"] == "1" else "shm"
+    label = "shrink round %d (seed %d, %d ranks, %s, rank %d killed, %s)" % (
+        index, round_seed, n, plan["transport"], plan["victim"],
+        "revoke + NCCL_SHRINK_DEFAULT" if plan["revoke"] else "NCCL_SHRINK_ABORT")
+    shm_before, listen_before = shm_entries(), listen_sockets()
+    rep.shrink_rounds += 1
+    env = round_env(args, plan["secret"], plan["port"], plan["shm_disable"])
+
+    def argv_for(r):
+        return ["shrink", "rank=%d" % r, "nranks=%d" % n, "seed=%d" % plan["op_seed"], "victim=%d" % plan["victim"],
+                "max_bytes=%d" % (1 << 20), "limit_s=%d" % RANK_LIMIT_S, "revoke=%d" % plan["revoke"]]
+    ranks = Ranks(args.rank_bin, argv_for, n, env, logdir, "shrink%d" % index)
+    problems_before = sum(map(len, rep.problems.values()))
+    started = time.monotonic()
+    try:
+        wait_until(started + INIT_TIMEOUT_S + 5, lambda: all("INIT ok" in ranks.log(r) for r in range(n))
+                   or len(ranks.poll()) < n, 0.02)
+        missing = [r for r in range(n) if "INIT ok" not in ranks.log(r)]
+        if missing:
+            rep.problem("init", "%s: ranks %s did not join\n%s" % (label, missing, "\n".join(
+                tail(ranks.log(r)) for r in missing)))
+            return
+        joined = time.monotonic()
+        wait_until(joined + plan["delay"], lambda: len(ranks.poll()) < n)
+        victim = plan["victim"]
+        if ranks.procs[victim].poll() is not None:
+            rep.problem("shrink", "%s: rank %d ended before the kill\n%s" % (label, victim, tail(ranks.log(victim))))
+            return
+        t_kill = time.monotonic()
+        os.kill(ranks.procs[victim].pid, signal.SIGKILL)
+        ranks.procs[victim].wait(10)
+        wait_until(t_kill + rep.bound_s, lambda: not ranks.poll())
+        hung = handle_hangs(rep, ranks, label, ranks.poll(), t_kill, "the kill")
+        firsts = []
+        for r in range(n):
+            if r == victim or r in hung:
+                continue
+            out, rc = ranks.log(r), ranks.procs[r].returncode
+            for line in re.findall(r"^WRONG .*$", out, re.M):
+                rep.problem("wrong", "%s: rank %d: %s" % (label, r, line))
+            m = SHRUNK_RE.search(out)
+            if not m:
+                rep.problem("shrink", "%s: rank %d printed no SHRUNK line (exit %s)\n%s" % (label, r, rc, tail(out)))
+                continue
+            code, first_t, shrink_s, new_rank, new_n, _, kinds, wrong, _, error = m.groups()
+            if int(code) != 0 or int(kinds) != 8 or int(wrong) != 0 or int(new_n) != n - 1 or rc != 0:
+                rep.problem("shrink", "%s: rank %d: %s (exit %s)" % (label, r, m.group(0)[:600], rc))
+                continue
+            if int(new_rank) != r - (r > victim):
+                rep.problem("shrink", "%s: rank %d became rank %s (expected %d)" % (label, r, new_rank,
+                                                                                   r - (r > victim)))
+            firsts.append(float(first_t) - t_kill)
+            rep.shrink_calls.append(float(shrink_s))
+        if len(firsts) == n - 1:
+            rep.kill_to_shrunk.append(max(firsts))
+            if max(firsts) > rep.bound_s:
+                rep.problem("slow", "%s: the shrunk communicator worked only %.1f s after the kill" % (
+                    label, max(firsts)))
+        print("%s: killed after %.2f s; survivors shrunk and checked: %d/%d; kill -> first correct collective "
+              "(last survivor) %s" % (label, plan["delay"], len(firsts), n - 1,
+                                      "%.3f s" % max(firsts) if firsts else "-"), flush=True)
+    finally:
+        ranks.kill_all()
+        check_leftovers(rep, label, plan["secret"], shm_before, listen_before, plan["port"])
+        if sum(map(len, rep.problems.values())) != problems_before:
+            rep.notes.append("%s: logs in %s" % (label, logdir))
+
+
 def abort_test(args, rep, logdir):
     """`loom_chaos_rank abort`: one process, blocked AllReduce + abort from
     another thread, args.abort_tries times."""
@@ -507,7 +597,7 @@ def print_report(args, rep):
         print("errors naming the dead rank: %d/%d (%d of them by its rank in a split child), its pid: %d/%d, "
               "this host: %d/%d" % (rep.named_rank, rep.errored, rep.named_child_rank, rep.named_pid, rep.errored,
                                     rep.named_host, rep.errored))
-    if args.abort_tries and not args.kill_only:
+    if args.abort_tries and not args.kill_only and not args.shrink_only:
         t = rep.abort_tries
         print("abort test: tries %d; %s" % (len(t), rep.abort_summary or "no SUMMARY line"))
         for key, name in (("abort_s", "ncclCommAbort took"), ("release_s", "abort -> blocked call returned"),
@@ -515,8 +605,12 @@ def print_report(args, rep):
             print("  %-31s (s): %s" % (name, quantiles([float(x[key]) for x in t if key in x])))
         if rep.abort_error is not None:
             print("  the blocked call's error (try 0): %s" % rep.abort_error[:300])
+    if rep.shrink_rounds:
+        print("shrink rounds: %d; kill -> first correct collective on the shrunk communicator (s, last survivor): %s"
+              % (rep.shrink_rounds, quantiles(rep.kill_to_shrunk)))
+        print("  ncclCommShrink took (s, each survivor): %s" % quantiles(rep.shrink_calls))
     kinds = ("hang", "leftover", "unnamed", "slow", "wrong", "crash", "early-error", "no-result", "init", "exit",
-             "abort")
+             "abort", "shrink")
     print("problems: " + ", ".join("%s %d" % (k, len(p[k])) for k in kinds))
     if rep.foreign_sockets:
         print("note: ignored %d new listening sockets of other programs (not ours: their owners do not carry "
@@ -538,6 +632,9 @@ def main():
     ap.add_argument("--abort-tries", type=int, default=100, help="tries of the abort test (0: skip it)")
     ap.add_argument("--kill-only", action="store_true", help="only the kill rounds")
     ap.add_argument("--abort-only", action="store_true", help="only the abort test")
+    ap.add_argument("--shrink-rounds", type=int, default=0, help="shrink rounds (default 0)")
+    ap.add_argument("--shrink-ranks", type=int, default=4, help="ranks of a shrink round (default 4)")
+    ap.add_argument("--shrink-only", action="store_true", help="only the shrink rounds")
     ap.add_argument("--keep-logs", action="store_true", help="keep the rank logs even when all passed")
     args = ap.parse_args()
     if not os.access(args.rank_bin, os.X_OK):
@@ -548,7 +645,10 @@ def main():
     logdir = tempfile.mkdtemp(prefix="loom-chaos-")
     print("chaos driver: seed %d, logs in %s" % (args.seed, logdir), flush=True)
     started = time.monotonic()
-    if not args.abort_only:
+    if args.shrink_only:
+        args.kill_only = args.abort_only = False
+        args.abort_tries = 0
+    if not args.abort_only and not args.shrink_only:
         if args.round_seed is not None:
             kill_round(args, rep, 0, args.round_seed, logdir)
         else:
@@ -557,6 +657,10 @@ def main():
                 kill_round(args, rep, i, seeds.getrandbits(48), logdir)
     if not args.kill_only and args.abort_tries > 0:
         abort_test(args, rep, logdir)
+    if not args.kill_only and not args.abort_only:
+        seeds = random.Random(args.seed + 1)
+        for i in range(args.shrink_rounds):
+            shrink_round(args, rep, i, seeds.getrandbits(48), logdir)
     print_report(args, rep)
     print("wall time %.1f s" % (time.monotonic() - started))
     if rep.failed() or args.keep_logs:

@@ -11,6 +11,11 @@
 //       Like mix with small sizes and no splits; prints STATS lines (RSS,
 //       open fds, threads) after 100 warm-up operations, half-way and at
 //       the end.
+//   loom_chaos_rank shrink rank=R nranks=N seed=S victim=V [max_bytes=B] [limit_s=T] [revoke=0|1]
+//       Like mix without splits until an operation fails (the driver kills
+//       rank V), then ncclCommShrink without V (NCCL_SHRINK_ABORT; with
+//       revoke=1, ncclCommRevoke then NCCL_SHRINK_DEFAULT) and one checked
+//       operation of every kind on the new communicator; destroys both.
 //   loom_chaos_rank abort [tries=100] [seed=S] [bound_s=15]
 //       ncclCommInitAll of 2 ranks per try; rank 0 blocks in an AllReduce
 //       that rank 1 never joins; another thread aborts rank 0 after 0-200 ms.
@@ -21,6 +26,9 @@
 //   RESULT code=<ncclResult_t> t=<CLOCK_MONOTONIC s> op=<i> desc=<op> error=<text>
 //                  (desc ends in /child when a split's child communicator failed)
 //   ABORTED seconds=<ncclCommAbort time>         (after a failed operation)
+//   SHRUNK code=<ncclResult_t> first_t=<CLOCK_MONOTONIC s of the first correct operation on the new
+//          communicator> shrink_s=<ncclCommShrink time> rank=<new rank> nranks=<new size> ops=<run>
+//          kinds=<of 8> wrong=<mismatches> destroy_s=<both destroyed> error=<text>
 //   STATS phase=before|half|after rss_kb=.. fds=.. threads=..
 //   TRY <i> delay_ms=.. abort_s=.. release_s=.. teardown_s=.. code=..
 //   ERROR try=<i> <the blocked call's error>     (abort mode: first try, failed tries)
@@ -146,6 +154,81 @@ int runMix(const Args& a) {
   const ncclResult_t rc = ncclCommDestroy(comm);
   say("DESTROYED code=%d seconds=%.6f", int(rc), monotonicSeconds() - t0);
   return wrongCount || rc != ncclSuccess ? 1 : 0;
+}
+
+// Kill, then shrink the dead rank away and use what is left.
+int runShrink(const Args& a) {
+  const int rank = int(a.getInt("rank", 0)), n = int(a.getInt("nranks", 1));
+  const int victim = int(a.getInt("victim", -1));
+  const uint64_t seed = a.getU64("seed", 1);
+  const long limitS = a.getInt("limit_s", 60);
+  const bool revoke = a.getInt("revoke", 0) != 0;
+  loom::chaos::Profile profile;
+  profile.maxBytes = size_t(a.getInt("max_bytes", 1 << 20));
+  profile.split = false;
+  if (victim < 0 || victim >= n) {
+    std::fprintf(stderr, "shrink: victim= must name a rank\n");
+    return 2;
+  }
+  ncclComm_t comm = initOrExit(rank, n);
+  std::vector<std::string> wrong;
+  size_t wrongCount = 0, printed = 0;
+  ncclResult_t rc = ncclSuccess;
+  long i = 0;
+  {
+    loom::chaos::Runner runner(comm, rank, n, profile.maxBytes);
+    const double start = monotonicSeconds();
+    loom::chaos::Op op;
+    for (; rc == ncclSuccess && monotonicSeconds() - start < double(limitS); ++i) {
+      op = loom::chaos::planOp(seed, uint64_t(i), n, profile);
+      rc = runner.run(op, &wrong);
+      wrongCount += reportWrong(i, &wrong, &printed);
+    }
+    result(int(rc), rc == ncclSuccess ? monotonicSeconds() : runner.failTime(), i - 1, op.describe(),
+           rc == ncclSuccess ? "no operation failed" : runner.failText());
+  }
+  if (rc == ncclSuccess) return 1;  // the victim was never killed
+  int excluded[1] = {victim};
+  ncclComm_t child = nullptr;
+  const double t0 = monotonicSeconds();
+  rc = revoke ? ncclCommRevoke(comm, NCCL_REVOKE_DEFAULT) : ncclSuccess;
+  if (rc == ncclSuccess) {
+    rc = ncclCommShrink(comm, excluded, 1, &child, nullptr, revoke ? NCCL_SHRINK_DEFAULT : NCCL_SHRINK_ABORT);
+  }
+  const double shrinkS = monotonicSeconds() - t0;
+  int childRank = -1, childN = 0, kinds = 0;
+  long ran = 0;
+  double firstT = 0;
+  std::string error = rc == ncclSuccess ? "" : ncclGetLastError(comm);
+  if (rc == ncclSuccess && (ncclCommUserRank(child, &childRank) != ncclSuccess ||
+                            ncclCommCount(child, &childN) != ncclSuccess)) {
+    rc = ncclInternalError;
+    error = "rank or count of the shrunk communicator unavailable";
+  }
+  if (rc == ncclSuccess) {
+    // One operation of every kind (drawn from the sequence until each came
+    // up), checked; the first one's end is the recovery time.
+    loom::chaos::Runner runner(child, childRank, childN, profile.maxBytes);
+    bool seen[16] = {};
+    for (uint64_t k = 0; k < 2000 && kinds < 8 && rc == ncclSuccess; ++k) {
+      const loom::chaos::Op op = loom::chaos::planOp(seed ^ 0x5368726bull, k, childN, profile);
+      if (seen[int(op.kind)]) continue;
+      seen[int(op.kind)] = true;
+      ++kinds;
+      rc = runner.run(op, &wrong);
+      wrongCount += reportWrong(1000000 + ran, &wrong, &printed);
+      if (rc != ncclSuccess) error = op.describe() + ": " + runner.failText();
+      if (ran++ == 0) firstT = monotonicSeconds();
+    }
+  }
+  const double t1 = monotonicSeconds();
+  if (child) ncclCommDestroy(child);
+  ncclCommDestroy(comm);
+  say("SHRUNK code=%d first_t=%.6f shrink_s=%.6f rank=%d nranks=%d ops=%ld kinds=%d wrong=%zu destroy_s=%.6f "
+      "error=%s",
+      int(rc), firstT, shrinkS, childRank, childN, ran, kinds, wrongCount, monotonicSeconds() - t1,
+      oneLine(error).c_str());
+  return rc == ncclSuccess && wrongCount == 0 && kinds == 8 ? 0 : 1;
 }
 
 // "Name:   value kB" from /proc/self/status.
@@ -288,8 +371,10 @@ int runAbort(const Args& a) {
     ++codes[int(t.code)];
   }
   std::string codeText;
-  for (const auto& [code, count] : codes) codeText += (codeText.empty() ? "" : ",") + std::to_string(code) + "x" +
-                                                      std::to_string(count);
+  for (const auto& [code, count] : codes) {
+    if (!codeText.empty()) codeText += ',';
+    codeText.append(std::to_string(code)).append("x").append(std::to_string(count));
+  }
   say("SUMMARY tries=%d failures=%d codes=%s abort_s median=%.6f p90=%.6f max=%.6f "
       "release_s median=%.6f p90=%.6f max=%.6f",
       tries, failures, codeText.c_str(), quantile(aborts, 0.5), quantile(aborts, 0.9), quantile(aborts, 1.0),
@@ -301,7 +386,7 @@ int runAbort(const Args& a) {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s mix|soak|abort key=value...\n", argv[0]);
+    std::fprintf(stderr, "usage: %s mix|soak|abort|shrink key=value...\n", argv[0]);
     return 2;
   }
   Args a;
@@ -318,6 +403,7 @@ int main(int argc, char** argv) {
   if (mode == "mix") return runMix(a);
   if (mode == "soak") return runSoak(a);
   if (mode == "abort") return runAbort(a);
-  std::fprintf(stderr, "unknown mode %s (mix, soak or abort)\n", mode.c_str());
+  if (mode == "shrink") return runShrink(a);
+  std::fprintf(stderr, "unknown mode %s (mix, soak, abort or shrink)\n", mode.c_str());
   return 2;
 }

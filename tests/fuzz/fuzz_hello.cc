@@ -46,7 +46,7 @@ void listenerReads(std::string_view wireBytes) {
   FUZZ_CHECK(h.commHash == self.commHash);
   FUZZ_CHECK(h.toRank == uint32_t(self.rank) && h.fromRank < uint32_t(self.nranks));
   FUZZ_CHECK(h.kind >= uint32_t(wire::HelloKind::kBootstrapRing) &&
-             h.kind <= uint32_t(wire::HelloKind::kAbortNotice));
+             h.kind <= uint32_t(wire::HelloKind::kShrink));
   FUZZ_CHECK(h.payload <= wire::kMaxNoticeBytes);  // bounds service()'s stack buffer
   if (h.kind == uint32_t(wire::HelloKind::kData)) {
     FUZZ_CHECK(h.count >= 1 && h.count <= 16 && h.index < h.count);

@@ -491,24 +491,124 @@ TEST(CommFeatures, GroupSimulateEndEstimatesWithoutRunning) {
   destroyAll(comms);
 }
 
-TEST(CommFeatures, UnsupportedCallsSayInvalidUsage) {
+TEST(CommFeatures, WindowRegistrationSaysInvalidUsage) {
   std::vector<ncclComm_t> comms = initAll(1);
-  ncclComm_t child = nullptr;
-  int exclude[1] = {0};
   auto expectUsage = [](ncclResult_t rc, const char* func) {
     EXPECT_EQ(rc, ncclInvalidUsage) << func;
     const std::string msg = ncclGetLastError(nullptr);
     EXPECT_NE(msg.find(func), std::string::npos) << msg;
     EXPECT_NE(msg.find("not supported"), std::string::npos) << msg;
   };
-  expectUsage(ncclCommShrink(comms[0], exclude, 0, &child, nullptr, NCCL_SHRINK_DEFAULT), "ncclCommShrink");
-  EXPECT_EQ(child, nullptr);
-  expectUsage(ncclCommRevoke(comms[0], NCCL_REVOKE_DEFAULT), "ncclCommRevoke");
   std::vector<char> buf(8192);
   ncclWindow_t win = nullptr;
   expectUsage(ncclCommWindowRegister(comms[0], buf.data(), buf.size(), &win, NCCL_WIN_DEFAULT),
               "ncclCommWindowRegister");
   expectUsage(ncclCommWindowDeregister(comms[0], win), "ncclCommWindowDeregister");
+  allReduceAndCheck(comms);  // nothing was broken
+  destroyAll(comms);
+}
+
+// Shrinking healthy ranks away (NCCL_SHRINK_DEFAULT): the excluded ranks do
+// not call; the others keep their order; the parent stays usable.
+TEST(CommFeatures, ShrinkHealthyRanksAway) {
+  const int n = 5;
+  std::vector<ncclComm_t> parents = initAll(n);
+  std::vector<ncclComm_t> kids(size_t(n), nullptr);
+  int exclude[2] = {3, 1};  // any order
+  onRanks(n, [&](int r) {
+    if (r == 1 || r == 3) return;
+    EXPECT_EQ(ncclCommShrink(parents[size_t(r)], exclude, 2, &kids[size_t(r)], nullptr, NCCL_SHRINK_DEFAULT),
+              ncclSuccess)
+        << ncclGetLastError(nullptr);
+  });
+  std::vector<ncclComm_t> shrunk;
+  const int wantRank[5] = {0, -1, 1, -1, 2};
+  for (int r = 0; r < n; ++r) {
+    if (wantRank[r] < 0) {
+      EXPECT_EQ(kids[size_t(r)], nullptr);
+      continue;
+    }
+    ASSERT_NE(kids[size_t(r)], nullptr) << "parent rank " << r;
+    int count = 0, rank = -1;
+    EXPECT_EQ(ncclCommCount(kids[size_t(r)], &count), ncclSuccess);
+    EXPECT_EQ(ncclCommUserRank(kids[size_t(r)], &rank), ncclSuccess);
+    EXPECT_EQ(count, 3);
+    EXPECT_EQ(rank, wantRank[r]) << "parent rank " << r;
+    shrunk.push_back(kids[size_t(r)]);
+  }
+  allReduceAndCheck(shrunk);
+  allReduceAndCheck(parents);  // the parent is untouched
+  // A second shrink of the same parent (ticket #1), excluding nobody.
+  std::vector<ncclComm_t> again(size_t(n), nullptr);
+  onRanks(n, [&](int r) {
+    EXPECT_EQ(ncclCommShrink(parents[size_t(r)], nullptr, 0, &again[size_t(r)], nullptr, NCCL_SHRINK_DEFAULT),
+              ncclSuccess)
+        << ncclGetLastError(nullptr);
+  });
+  allReduceAndCheck(again);
+  destroyAll(again);
+  destroyAll(shrunk);
+  destroyAll(parents);
+}
+
+// ncclCommRevoke ends an operation blocked on a rank that never comes, and
+// later ones, with an error; the revoked communicator can still be shrunk.
+TEST(CommFeatures, RevokeEndsBlockedWorkThenShrink) {
+  const int n = 3;
+  std::vector<ncclComm_t> parents = initAll(n);
+  std::vector<float> x(1024, 1.0f), y(1024, 0.0f);
+  ncclResult_t blocked = ncclSuccess;
+  // Rank 0 waits in an AllReduce that rank 2 never joins (rank 1 joins).
+  std::thread t0([&] { blocked = ncclAllReduce(x.data(), y.data(), x.size(), ncclFloat32, ncclSum, parents[0], nullptr); });
+  std::vector<float> x1(1024, 1.0f), y1(1024, 0.0f);
+  ncclResult_t blocked1 = ncclSuccess;
+  std::thread t1([&] { blocked1 = ncclAllReduce(x1.data(), y1.data(), x1.size(), ncclFloat32, ncclSum, parents[1], nullptr); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(ncclCommRevoke(parents[0], NCCL_REVOKE_DEFAULT), ncclSuccess) << ncclGetLastError(nullptr);
+  EXPECT_EQ(ncclCommRevoke(parents[1], NCCL_REVOKE_DEFAULT), ncclSuccess) << ncclGetLastError(nullptr);
+  t0.join();
+  t1.join();
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 5.0);
+  EXPECT_NE(blocked, ncclSuccess);
+  EXPECT_NE(blocked1, ncclSuccess);
+  EXPECT_NE(ncclAllReduce(x.data(), y.data(), x.size(), ncclFloat32, ncclSum, parents[0], nullptr), ncclSuccess);
+  EXPECT_NE(std::string(ncclGetLastError(parents[0])).find("revoked"), std::string::npos) << ncclGetLastError(parents[0]);
+  ncclResult_t async = ncclSuccess;
+  EXPECT_EQ(ncclCommGetAsyncError(parents[0], &async), ncclSuccess);
+  EXPECT_NE(async, ncclSuccess);
+  EXPECT_EQ(ncclCommRevoke(parents[0], 7), ncclInvalidArgument);
+  std::vector<ncclComm_t> kids(2, nullptr);
+  int exclude[1] = {2};
+  onRanks(2, [&](int r) {
+    EXPECT_EQ(ncclCommShrink(parents[size_t(r)], exclude, 1, &kids[size_t(r)], nullptr, NCCL_SHRINK_DEFAULT),
+              ncclSuccess)
+        << ncclGetLastError(nullptr);
+  });
+  allReduceAndCheck(kids);
+  destroyAll(kids);
+  destroyAll(parents);
+}
+
+TEST(CommFeatures, ShrinkRefusesBadArguments) {
+  std::vector<ncclComm_t> comms = initAll(2);
+  ncclComm_t child = nullptr;
+  auto expect = [](ncclResult_t rc, ncclResult_t want, const char* says) {
+    EXPECT_EQ(rc, want) << says;
+    const std::string msg = ncclGetLastError(nullptr);
+    EXPECT_NE(msg.find(says), std::string::npos) << msg;
+  };
+  int self[1] = {0}, twice[2] = {1, 1}, outside[1] = {2};
+  expect(ncclCommShrink(comms[0], self, 1, &child, nullptr, NCCL_SHRINK_DEFAULT), ncclInvalidUsage,
+         "only the remaining ranks call ncclCommShrink");
+  expect(ncclCommShrink(comms[0], twice, 2, &child, nullptr, NCCL_SHRINK_DEFAULT), ncclInvalidArgument, "twice");
+  expect(ncclCommShrink(comms[0], outside, 1, &child, nullptr, NCCL_SHRINK_DEFAULT), ncclInvalidArgument,
+         "excludeRanksList");
+  expect(ncclCommShrink(comms[0], nullptr, 1, &child, nullptr, NCCL_SHRINK_DEFAULT), ncclInvalidArgument,
+         "excludeRanksList");
+  expect(ncclCommShrink(comms[0], self, 0, &child, nullptr, 5), ncclInvalidArgument, "shrinkFlags");
+  expect(ncclCommShrink(comms[0], self, 0, nullptr, nullptr, NCCL_SHRINK_DEFAULT), ncclInvalidArgument, "newcomm");
+  EXPECT_EQ(child, nullptr);
   allReduceAndCheck(comms);  // nothing was broken
   destroyAll(comms);
 }
