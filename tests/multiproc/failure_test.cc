@@ -23,7 +23,6 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
-#include <thread>
 #include <random>
 #include <regex>
 #include <thread>
@@ -134,6 +133,48 @@ TEST_F(FailureTest, OperationTimeoutNamesTheRankWaitedFor) {
   ChildProcess& sleeper = *kids_[1];
   ASSERT_TRUE(sleeper.wait(kEndsWithinS)) << sleeper.output();
   EXPECT_EQ(sleeper.status(), 0) << sleeper.output();
+}
+
+// The stall inspector with a rank frozen by SIGSTOP in the middle of a loop
+// of collectives: while it is stopped the others warn, naming it (or a rank
+// that waits for it); after SIGCONT the loop goes on and every rank ends
+// without an error.
+TEST_F(FailureTest, StoppedRankIsNamedByStallWarningsAndTheRunCompletes) {
+  for (int r = 0; r < 3; ++r)
+    spawn({"loop", "rank=" + std::to_string(r), "nranks=3", "limit_s=7", "count=1024", "agree=1"},
+          commEnv({"LOOM_STALL_WARN_S=1", "LOOM_TIMEOUT_S=60", "NCCL_DEBUG=WARN"}));
+  const auto start = std::chrono::steady_clock::now();
+  auto joined = [&] {
+    for (auto& k : kids_)
+      if (k->output().find("INIT ok") == std::string::npos) return false;
+    return true;
+  };
+  while (!joined() && std::chrono::steady_clock::now() - start < std::chrono::seconds(30))
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_TRUE(joined()) << kids_[0]->output();
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  kids_[1]->kill(SIGSTOP);
+  std::this_thread::sleep_for(std::chrono::milliseconds(3500));
+  kids_[1]->kill(SIGCONT);
+  int namesStopped = 0;
+  for (int r = 0; r < 3; ++r) {
+    ChildProcess& k = *kids_[size_t(r)];
+    ASSERT_TRUE(k.wait(kEndsWithinS)) << k.output();
+    const std::string out = k.output();
+    EXPECT_EQ(k.status(), 0) << out;
+    EXPECT_EQ(resultField(out, "code"), "0") << out;
+    if (r == 1) continue;
+    int warnings = 0;
+    for (size_t at = out.find("has made no progress for"); at != std::string::npos;
+         at = out.find("has made no progress for", at + 1)) {
+      ++warnings;
+      const size_t bol = out.rfind('\n', at) + 1;
+      const std::string line = out.substr(bol, out.find('\n', at) - bol);
+      namesStopped += namesRank(line, 1) && line.find("pid " + std::to_string(kids_[1]->pid())) != std::string::npos;
+    }
+    EXPECT_GE(warnings, 1) << "rank " << r << " was stopped behind rank 1 for 3.5 s:\n" << out;
+  }
+  EXPECT_GE(namesStopped, 1) << "no warning named the stopped rank 1";
 }
 
 // The stall inspector: rank 1 joins an AllReduce 5 s late. With

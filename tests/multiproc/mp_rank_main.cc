@@ -10,7 +10,9 @@
 // Scenarios (each prints one "RESULT key=value ... error=<text>" line):
 //   suite   a representative set of collectives, checked bit for bit
 //   loop    collectives in a loop; rank `victim` kills itself (SIGKILL)
-//           before step `kill_step`; the others report the failure
+//           before step `kill_step`; the others report the failure; with
+//           agree=1 the ranks stop together once limit_s is up for one
+//           (an AllReduce every 16 steps)
 //   skip    after `before` AllReduces (default 0), rank `skipper` prints
 //           SKIPPING and sleeps `sleep` seconds instead of joining an
 //           AllReduce; the others report how their AllReduce ended
@@ -152,6 +154,7 @@ ncclResult_t loopStep(ncclComm_t comm, int rank, int n, long step, std::vector<f
 int runLoop(const Args& a, ncclComm_t comm, int rank, int n) {
   const long steps = a.getInt("steps", 1000000), victim = a.getInt("victim", -1);
   const long killStep = a.getInt("kill_step", -1), limitS = a.getInt("limit_s", 90);
+  const bool agree = a.getInt("agree", 0) != 0;
   const size_t count = size_t(a.getInt("count", 4096));
   std::vector<float> x(count * size_t(n), 1.0f), y(count * size_t(n), 0.0f);
   const auto start = Clock::now();
@@ -171,7 +174,19 @@ int runLoop(const Args& a, ncclComm_t comm, int rank, int n) {
       std::printf("ABORTED seconds=%.3f\n", loom::test::secondsSince(t1));
       return rc == ncclRemoteError ? 0 : 1;
     }
-    if (loom::test::secondsSince(start) > double(limitS)) break;
+    if (agree && step % 16 == 15) {
+      // Every rank stops at the same step: once the first one's time is up.
+      int32_t late = loom::test::secondsSince(start) > double(limitS), anyLate = 0;
+      rc = ncclAllReduce(&late, &anyLate, 1, ncclInt32, ncclMax, comm, nullptr);
+      if (rc != ncclSuccess) {
+        result(int(rc), loom::test::secondsSince(t0), step, ncclGetLastError(comm));
+        ncclCommAbort(comm);
+        return 1;
+      }
+      if (anyLate) break;
+    } else if (!agree && loom::test::secondsSince(start) > double(limitS)) {
+      break;
+    }
   }
   result(0, loom::test::secondsSince(start), steps, "the loop ended without an error");
   ncclCommDestroy(comm);
