@@ -271,16 +271,19 @@ NCCL_API(ncclResult_t, ncclCommShrink, ncclComm_t comm, int* excludeRanksList, i
     options.name.clear();
     LOOM_TRY(parseConfig(config, &options));
     *newcomm = nullptr;
-    if (shrinkFlags == NCCL_SHRINK_ABORT) {
-      // The excluded ranks may be dead or hung: end the parent's work first.
-      parent->revoke();
-    } else if (core::DeviceQueue* q = parent->deviceQueue()) {
-      LOOM_TRY(q->drain(parent->options().timeoutS).addContext("ncclCommShrink waits for the parent's queued work"));
-    }
     const uint64_t ticket = parent->reserveShrink(excluded);
-    return startInit(newcomm, options, [parent = std::move(parent), ticket, excluded](Communicator* child) mutable {
-      return Communicator::shrink(std::move(parent), ticket, std::move(excluded), child);
-    });
+    // The excluded ranks may be dead or hung: end the parent's work first.
+    if (shrinkFlags == NCCL_SHRINK_ABORT) parent->revoke();
+    const bool drain = shrinkFlags == NCCL_SHRINK_DEFAULT;
+    return startInit(newcomm, options,
+                     [parent = std::move(parent), ticket, excluded, drain](Communicator* child) mutable {
+                       core::DeviceQueue* q = drain ? parent->deviceQueue() : nullptr;
+                       if (q) {
+                         LOOM_TRY(q->drain(parent->options().timeoutS)
+                                      .addContext("ncclCommShrink waits for the parent's queued work"));
+                       }
+                       return Communicator::shrink(std::move(parent), ticket, std::move(excluded), child);
+                     });
   });
 }
 

@@ -144,7 +144,7 @@ Status Bootstrap::buildRing(Deadline deadline, const std::atomic<bool>* abort) {
     if (!s.isOk()) s = s.addContext("connecting to " + describe(next) + " (bootstrap ring)");
   }
   if (s.isOk()) {
-    auto fd = waitFor(wire::HelloKind::kBootstrapRing, prev, 0, deadline, abort, true);
+    auto fd = waitFor(wire::HelloKind::kBootstrapRing, prev, deadline, abort);
     if (fd.isOk()) ringPrev_ = std::move(*fd);
     else s = fd.takeStatus();
   }
@@ -327,21 +327,16 @@ bool Bootstrap::refuses(int peer) const {
   return net::finishConnect(fd->get()) == ECONNREFUSED;
 }
 
-Result<net::UniqueFd> Bootstrap::acceptFrom(wire::HelloKind kind, int from, uint32_t index, Deadline deadline,
-                                            const std::atomic<bool>* abort) {
-  return waitFor(kind, from, index, deadline, abort, false);
-}
-
-Result<net::UniqueFd> Bootstrap::waitFor(wire::HelloKind kind, int from, uint32_t index, Deadline deadline,
-                                         const std::atomic<bool>* abort, bool endOnNotice) {
+Result<net::UniqueFd> Bootstrap::waitFor(wire::HelloKind kind, int from, Deadline deadline,
+                                         const std::atomic<bool>* abort) {
   constexpr double kProbePeriodS = 0.5;
   Clock::time_point lastProbe = Clock::now();
   bool refusedBefore = false;  // two refusals in a row, half a second apart
   for (;;) {
     service();
-    if (auto fd = take(kind, from, 0, index)) return std::move(*fd);
+    if (auto fd = take(kind, from, 0, 0)) return std::move(*fd);
     if (abort && abort->load()) return abortedError("waiting for " + describe(from));
-    if (endOnNotice && !notices_.empty()) {
+    if (!notices_.empty()) {
       const Notice n = notices_.front();
       return remoteError(describe(n.fromRank) + " reports: " + n.text);
     }

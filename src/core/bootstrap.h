@@ -107,12 +107,6 @@ class Bootstrap {
   // from before its address is known until its communicator ends, so a
   // refusal during setup means it died).
   bool refuses(int peer) const;
-  // Waits for `from`'s connection of `kind` with hello index `index`,
-  // servicing the listener, until the deadline or abort; abort notices do
-  // not end the wait (a failed communicator being shrunk receives them).
-  // Ends early when `from` refuses connections (it died).
-  Result<net::UniqueFd> acceptFrom(wire::HelloKind kind, int from, uint32_t index, Deadline deadline,
-                                   const std::atomic<bool>* abort);
   // An authenticated socket stashed by service(), if it arrived.
   std::optional<net::UniqueFd> take(wire::HelloKind kind, int from, uint32_t channel, uint32_t index);
   // Sockets announced by `from` for its data connection to us on `channel`
@@ -127,8 +121,8 @@ class Bootstrap {
   // n - 1 ring steps: block r is sizes[r] bytes at base + offsets[r].
   Status ringGather(uint8_t* base, const std::vector<size_t>& offsets, const std::vector<size_t>& sizes,
                     Deadline deadline, const std::atomic<bool>* abort, const Check& check);
-  Result<net::UniqueFd> waitFor(wire::HelloKind kind, int from, uint32_t index, Deadline deadline,
-                                const std::atomic<bool>* abort, bool endOnNotice);
+  Result<net::UniqueFd> waitFor(wire::HelloKind kind, int from, Deadline deadline,
+                                const std::atomic<bool>* abort);
 
   using Key = std::tuple<uint32_t, int, uint32_t, uint32_t>;  // kind, from, channel, index
 

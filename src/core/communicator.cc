@@ -160,10 +160,10 @@ bool Communicator::closeAndWait(double seconds) {
   return pinCv_.wait_for(lock, std::chrono::duration<double>(seconds), [this] { return pins_ == 0; });
 }
 
-void Communicator::addDependent(Communicator* child) {
+void Communicator::addDependent(Communicator* child, bool abortIfAborted) {
   std::lock_guard<std::mutex> lock(dependentsMutex_);
   dependents_.push_back(child);
-  if (aborted()) child->abort();
+  if (abortIfAborted && aborted()) child->abort();
 }
 
 void Communicator::removeDependent(Communicator* child) {
@@ -863,11 +863,12 @@ std::string rankList(const std::vector<int>& ranks) {
   return out;
 }
 
-// The leader's answer to one member: the table, or why the shrink failed.
-Status sendShrinkReply(int fd, const std::vector<uint8_t>* table, const std::string& error, Deadline deadline,
-                       const std::atomic<bool>* abort) {
+// The leader's answer to one member: the table, or why the shrink failed
+// (the status carries the code).
+Status sendShrinkReply(int fd, const std::vector<uint8_t>* table, Code code, const std::string& error,
+                       Deadline deadline, const std::atomic<bool>* abort) {
   const std::string text = error.substr(0, wire::kMaxReplyTextBytes);
-  wire::Reply reply{wire::kReplyMagic, table ? 0u : 1u, uint32_t(table ? table->size() : text.size()), 0};
+  wire::Reply reply{wire::kReplyMagic, table ? 0u : uint32_t(code), uint32_t(table ? table->size() : text.size()), 0};
   LOOM_TRY(net::sendAll(fd, &reply, sizeof reply, deadline, abort));
   if (table) return net::sendAll(fd, table->data(), table->size(), deadline, abort);
   return net::sendAll(fd, text.data(), text.size(), deadline, abort);
@@ -875,9 +876,46 @@ Status sendShrinkReply(int fd, const std::vector<uint8_t>* table, const std::str
 
 }  // namespace
 
+// The shrink entry `from` sent to this (the parent's) listener. The
+// listener is serviced under listenMutex_, as a watchdog's pollNotices does;
+// notices do not end the wait (a failed parent gets them), a dead `from` does.
+Result<net::UniqueFd> Communicator::awaitShrinkEntry(int from, Deadline deadline, const std::atomic<bool>* abort) {
+  constexpr double kProbePeriodS = 0.5;
+  Clock::time_point lastProbe = Clock::now();
+  bool refusedBefore = false;  // two refusals in a row, half a second apart
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> lock(listenMutex_);
+      bootstrap_->service();
+      if (auto fd = bootstrap_->take(wire::HelloKind::kShrink, from, 0, 0)) return std::move(*fd);
+    }
+    if (abort->load()) return abortedError("waiting for the shrink entry of " + describePeer(from));
+    if (deadline.expired()) return remoteError("timed out waiting for the shrink entry of " + describePeer(from));
+    if (secondsSince(lastProbe) > kProbePeriodS) {
+      lastProbe = Clock::now();
+      const bool refused = bootstrap_->refuses(from);
+      if (refused && refusedBefore) {
+        return remoteError(describePeer(from) + " is dead: its listener refuses connections");
+      }
+      refusedBefore = refused;
+    }
+    std::vector<pollfd> fds;
+    pollFdsForNotices(&fds);
+    ::poll(fds.data(), fds.size(), deadline.msLeft(100));
+  }
+}
+
 Status Communicator::shrink(CommRef parentRef, uint64_t ticket, std::vector<int> excluded, Communicator* child) {
   Communicator& parent = *parentRef;
   const int n = parent.nranks(), me = parent.rank();
+  // Until the child is set up, aborting or destroying the parent aborts it
+  // (a revoked parent is aborted already: that does not count).
+  parent.addDependent(child, false);
+  struct Detach {
+    Communicator* parent;
+    Communicator* child;
+    ~Detach() { parent->removeDependent(child); }
+  } detach{&parent, child};
   std::vector<int> members;
   for (int r = 0; r < n; ++r)
     if (!std::binary_search(excluded.begin(), excluded.end(), r)) members.push_back(r);
@@ -898,52 +936,69 @@ Status Communicator::shrink(CommRef parentRef, uint64_t ticket, std::vector<int>
 
   std::vector<uint8_t> table;
   if (me == leader) {
-    // Collect every member's entry, in the parent's order; answer each
-    // with the table (or with why the shrink failed).
+    // Collect every member's entry, in the parent's order, and answer each
+    // with the table or with why the shrink failed. After a failure the
+    // members still to come get a short while to hear it.
     std::vector<net::UniqueFd> fds;
     wire::appendTableEntry(blob, &table);
     Status s;
+    std::optional<Deadline> grace;
     {
-      // The parent's listener is serviced by its operations too: none runs
-      // meanwhile (a revoked parent's operations have ended).
+      // No operation of the parent runs meanwhile (a revoked parent's have
+      // ended; NCCL_SHRINK_DEFAULT wants none in flight).
       std::lock_guard<std::mutex> lock(parent.opMutex());
-      for (size_t i = 1; i < members.size() && s.isOk(); ++i) {
+      for (size_t i = 1; i < members.size(); ++i) {
         const int m = members[i];
-        auto fd = parent.bootstrap().acceptFrom(wire::HelloKind::kShrink, m, uint32_t(exclusion), deadline, abort);
+        auto fd = parent.awaitShrinkEntry(m, grace ? *grace : deadline, abort);
         if (!fd.isOk()) {
-          s = fd.takeStatus().addContext("waiting for the shrink entry of " + parent.describePeer(m) +
-                                         " (every rank not excluded must call ncclCommShrink with the same "
-                                         "excludeRanksList; a dead rank must be in it)");
-          break;
+          if (s.isOk()) {
+            s = fd.takeStatus().addContext("every rank not excluded must call ncclCommShrink with the same "
+                                           "excludeRanksList; a dead rank must be in it");
+            grace = Deadline::afterSeconds(2);
+          }
+          continue;
         }
-        wire::ShrinkRequest req{};
-        s = net::recvAll(fd->get(), &req, sizeof req, deadline, abort);
-        if (s.isOk() && (req.blobBytes < 8 || req.blobBytes > wire::kMaxRankInfoBytes)) {
-          s = remoteError(parent.describePeer(m) + " sent a shrink entry of " + std::to_string(req.blobBytes) +
-                          " bytes");
+        if (s.isOk()) {
+          wire::ShrinkRequest req{};
+          Status got = net::recvAll(fd->get(), &req, sizeof req, deadline, abort);
+          if (got.isOk() && req.exclusion != exclusion) {
+            got = invalidUsage(parent.describePeer(m) + " called ncclCommShrink with a different excludeRanksList "
+                               "(or after a different number of shrinks with this list); every remaining rank "
+                               "must pass the same ranks");
+          } else if (got.isOk() && (req.blobBytes < 8 || req.blobBytes > wire::kMaxRankInfoBytes)) {
+            got = remoteError(parent.describePeer(m) + " sent a shrink entry of " + std::to_string(req.blobBytes) +
+                              " bytes");
+          }
+          std::vector<uint8_t> theirs(got.isOk() ? req.blobBytes : 0);
+          if (got.isOk()) got = net::recvAll(fd->get(), theirs.data(), theirs.size(), deadline, abort);
+          if (got.isOk()) got = wire::decodeRankInfo(theirs).status();
+          if (got.isOk()) {
+            wire::appendTableEntry(theirs, &table);
+          } else {
+            s = got;
+            grace = Deadline::afterSeconds(2);
+          }
         }
-        std::vector<uint8_t> theirs(s.isOk() ? req.blobBytes : 0);
-        if (s.isOk()) s = net::recvAll(fd->get(), theirs.data(), theirs.size(), deadline, abort);
-        if (s.isOk() && req.exclusion != exclusion) {
-          s = invalidUsage(parent.describePeer(m) + " called ncclCommShrink #" + std::to_string(ticket) +
-                           " with a different excludeRanksList; every remaining rank must pass the same ranks");
-        }
-        if (s.isOk()) s = wire::decodeRankInfo(theirs).status();
-        if (s.isOk()) wire::appendTableEntry(theirs, &table);
         fds.push_back(std::move(fd.value()));
       }
     }
-    for (auto& fd : fds) (void)sendShrinkReply(fd.get(), s.isOk() ? &table : nullptr, s.message(), deadline, abort);
+    for (auto& fd : fds) {
+      (void)sendShrinkReply(fd.get(), s.isOk() ? &table : nullptr, s.code(), s.message(), deadline, abort);
+    }
     if (!s.isOk()) return s.addContext(what);
   } else {
-    // The hello's index tells this shrink from others of the parent.
-    auto fd = parent.bootstrap().connectPeer(leader, wire::HelloKind::kShrink, 0, uint32_t(exclusion), 0, nullptr, 0,
-                                             deadline, abort);
-    if (!fd.isOk()) {
-      return fd.takeStatus().addContext(what + ": reaching the first remaining rank, " + parent.describePeer(leader));
+    // The parent's listeners are known to be open: one that keeps refusing
+    // belongs to a dead leader (3 s, as when the ring is built).
+    LOOM_ASSIGN_OR_RETURN(net::SocketAddress to, parent.bootstrap().peerAddress(leader));
+    auto fd = net::connectTo(to, deadline, abort, 3.0);
+    Status s = fd.isOk() ? parent.bootstrap().sendHello(fd->get(), leader, wire::HelloKind::kShrink, 0, 0, 0,
+                                                        nullptr, 0, deadline, abort)
+                         : fd.status();
+    if (!s.isOk()) {
+      return s.addContext(what + ": reaching the first remaining rank, " + parent.describePeer(leader));
     }
     const wire::ShrinkRequest req{exclusion, uint32_t(blob.size()), 0};
-    Status s = net::sendAll(fd->get(), &req, sizeof req, deadline, abort);
+    s = net::sendAll(fd->get(), &req, sizeof req, deadline, abort);
     if (s.isOk()) s = net::sendAll(fd->get(), blob.data(), blob.size(), deadline, abort);
     wire::Reply reply{};
     if (s.isOk()) s = net::recvAll(fd->get(), &reply, sizeof reply, deadline, abort);
@@ -952,13 +1007,13 @@ Status Communicator::shrink(CommRef parentRef, uint64_t ticket, std::vector<int>
     if (reply.status != 0) {
       std::string text(reply.length, '\0');
       LOOM_TRY(net::recvAll(fd->get(), text.data(), text.size(), deadline, abort).addContext(what));
-      return Status(Code::kInvalidUsage, what + ": " + parent.describePeer(leader) + " reports: " + text);
+      const Code code = reply.status <= uint32_t(Code::kInProgress) ? Code(reply.status) : Code::kRemoteError;
+      return Status(code, what + ": " + parent.describePeer(leader) + " reports: " + text);
     }
     table.resize(reply.length);
     LOOM_TRY(net::recvAll(fd->get(), table.data(), table.size(), deadline, abort).addContext(what));
   }
-  LOOM_ASSIGN_OR_RETURN(std::vector<wire::RankInfo> infos,
-                        wire::decodeTable(table, int(members.size())));
+  LOOM_ASSIGN_OR_RETURN(std::vector<wire::RankInfo> infos, wire::decodeTable(table, int(members.size())));
   Bootstrap::Identity ident = parent.bootstrap().identity();
   ident.nranks = int(members.size());
   ident.rank = int(std::find(members.begin(), members.end(), me) - members.begin());

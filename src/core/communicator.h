@@ -193,7 +193,8 @@ class Communicator {
   void announceAbort(const std::string& why);
   // While `child` is being set up by a split of this communicator, an
   // abort of this one aborts it too.
-  void addDependent(Communicator* child);
+  // (`abortIfAborted`: at once when this one is aborted already).
+  void addDependent(Communicator* child, bool abortIfAborted = true);
   void removeDependent(Communicator* child);
   bool aborted() const { return abort_.load(std::memory_order_relaxed); }
   const std::atomic<bool>* abortFlag() const { return &abort_; }
@@ -256,6 +257,8 @@ class Communicator {
   // Split and shrink: `child` takes its place in a communicator of
   // `ident`'s size and rank with the peers in `table`, on the parent's
   // device in cuda mode.
+  // Shrink's leader: the entry `from` sent over this one's listener.
+  Result<net::UniqueFd> awaitShrinkEntry(int from, Deadline deadline, const std::atomic<bool>* abort);
   static Status joinAsChild(Communicator& parent, Communicator* child, const Bootstrap::Identity& ident,
                             std::vector<wire::RankInfo> table, Deadline deadline);
   // Cuda mode: picks the table and binds the device (init and split).

@@ -237,9 +237,10 @@ Status DeviceQueue::capture(std::vector<OpDesc> ops, device::Stream stream) {
 
 Status DeviceQueue::drain(double seconds) {
   std::unique_lock<std::mutex> lock(signal_->mutex);
-  const bool done = signal_->cv.wait_for(lock, std::chrono::duration<double>(seconds), [&] {
-    return signal_->released == signal_->submitted || signal_->aborted;
-  });
+  auto finished = [&] { return signal_->released == signal_->submitted || signal_->aborted; };
+  bool done = true;
+  if (seconds <= 0) signal_->cv.wait(lock, finished);  // LOOM_TIMEOUT_S=0: no limit
+  else done = signal_->cv.wait_for(lock, std::chrono::duration<double>(seconds), finished);
   if (!done) {
     return Status(Code::kInternalError, std::to_string(signal_->submitted - signal_->released) +
                                             " queued operations still not finished after " +

@@ -57,7 +57,7 @@ class DeviceQueue {
   // say where each belongs). `pin` pins the owning communicator.
   Status submit(CommRef pin, std::vector<OpDesc> ops);
   // Waits until every job submitted so far has been released, at most
-  // `seconds`; kInvalidUsage-style error when the time ran out.
+  // `seconds` (<= 0: no limit); an error when the time ran out.
   Status drain(double seconds);
   // Any thread: releases every queued job and its streams now (the
   // communicator is aborted; a running job stops through the abort flag).

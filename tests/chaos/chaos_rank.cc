@@ -216,9 +216,10 @@ int runShrink(const Args& a) {
       seen[int(op.kind)] = true;
       ++kinds;
       rc = runner.run(op, &wrong);
+      const bool right = rc == ncclSuccess && wrong.empty();
       wrongCount += reportWrong(1000000 + ran, &wrong, &printed);
       if (rc != ncclSuccess) error = op.describe() + ": " + runner.failText();
-      if (ran++ == 0) firstT = monotonicSeconds();
+      if (ran++ == 0 && right) firstT = monotonicSeconds();
     }
   }
   const double t1 = monotonicSeconds();

@@ -538,7 +538,8 @@ TEST(CommFeatures, ShrinkHealthyRanksAway) {
   }
   allReduceAndCheck(shrunk);
   allReduceAndCheck(parents);  // the parent is untouched
-  // A second shrink of the same parent (ticket #1), excluding nobody.
+  // A second shrink of the same parent, excluding nobody: ranks 1 and 3
+  // skipped the first one, which must not put them out of step.
   std::vector<ncclComm_t> again(size_t(n), nullptr);
   onRanks(n, [&](int r) {
     EXPECT_EQ(ncclCommShrink(parents[size_t(r)], nullptr, 0, &again[size_t(r)], nullptr, NCCL_SHRINK_DEFAULT),
@@ -558,12 +559,21 @@ TEST(CommFeatures, RevokeEndsBlockedWorkThenShrink) {
   std::vector<ncclComm_t> parents = initAll(n);
   std::vector<float> x(1024, 1.0f), y(1024, 0.0f);
   ncclResult_t blocked = ncclSuccess;
-  // Rank 0 waits in an AllReduce that rank 2 never joins (rank 1 joins).
-  std::thread t0([&] { blocked = ncclAllReduce(x.data(), y.data(), x.size(), ncclFloat32, ncclSum, parents[0], nullptr); });
+  std::atomic<int> returned{0};
+  // Ranks 0 and 1 wait in an AllReduce that rank 2 never joins.
+  std::thread t0([&] {
+    blocked = ncclAllReduce(x.data(), y.data(), x.size(), ncclFloat32, ncclSum, parents[0], nullptr);
+    ++returned;
+  });
   std::vector<float> x1(1024, 1.0f), y1(1024, 0.0f);
   ncclResult_t blocked1 = ncclSuccess;
-  std::thread t1([&] { blocked1 = ncclAllReduce(x1.data(), y1.data(), x1.size(), ncclFloat32, ncclSum, parents[1], nullptr); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  std::thread t1([&] {
+    blocked1 = ncclAllReduce(x1.data(), y1.data(), x1.size(), ncclFloat32, ncclSum, parents[1], nullptr);
+    ++returned;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  // They cannot finish without rank 2: still inside the call, not refused.
+  EXPECT_EQ(returned.load(), 0);
   const auto start = std::chrono::steady_clock::now();
   EXPECT_EQ(ncclCommRevoke(parents[0], NCCL_REVOKE_DEFAULT), ncclSuccess) << ncclGetLastError(nullptr);
   EXPECT_EQ(ncclCommRevoke(parents[1], NCCL_REVOKE_DEFAULT), ncclSuccess) << ncclGetLastError(nullptr);
@@ -608,8 +618,30 @@ TEST(CommFeatures, ShrinkRefusesBadArguments) {
          "excludeRanksList");
   expect(ncclCommShrink(comms[0], self, 0, &child, nullptr, 5), ncclInvalidArgument, "shrinkFlags");
   expect(ncclCommShrink(comms[0], self, 0, nullptr, nullptr, NCCL_SHRINK_DEFAULT), ncclInvalidArgument, "newcomm");
-  EXPECT_EQ(child, nullptr);
   allReduceAndCheck(comms);  // nothing was broken
+  destroyAll(comms);
+}
+
+// Two ranks pass different lists: both fail at once (no timeout), saying so.
+TEST(CommFeatures, ShrinkWithDifferentListsFailsClearly) {
+  std::vector<ncclComm_t> comms = initAll(3);
+  std::vector<ncclComm_t> kids(2, nullptr);
+  std::vector<ncclResult_t> rcs(2, ncclSuccess);
+  std::vector<std::string> errors(2);
+  const auto start = std::chrono::steady_clock::now();
+  onRanks(2, [&](int r) {
+    int exclude[1] = {2};
+    rcs[size_t(r)] = ncclCommShrink(comms[size_t(r)], exclude, r == 0 ? 1 : 0, &kids[size_t(r)], nullptr,
+                                    NCCL_SHRINK_DEFAULT);
+    errors[size_t(r)] = ncclGetLastError(nullptr);
+  });
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 10.0);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(rcs[size_t(r)], ncclInvalidUsage) << errors[size_t(r)];
+    EXPECT_NE(errors[size_t(r)].find("different excludeRanksList"), std::string::npos) << errors[size_t(r)];
+    EXPECT_EQ(kids[size_t(r)], nullptr);
+  }
+  allReduceAndCheck(comms);  // the parent is untouched
   destroyAll(comms);
 }
 
