@@ -35,13 +35,14 @@ const char* flightStateName(FlightRecorder::State s) {
 
 uint64_t FlightRecorder::record(const Entry& e) {
   if (capacity_ == 0) return 0;
+  const int64_t now = wallMicros();
   std::lock_guard<std::mutex> lock(mutex_);
   if (ring_.empty()) ring_.resize(capacity_);
   const uint64_t id = ++recorded_;
   Entry& slot = ring_[(id - 1) % capacity_];
   slot = e;
   slot.state = State::kQueued;
-  slot.enqueueUs = wallMicros();
+  slot.enqueueUs = now;
   slot.startUs = slot.endUs = 0;
   return id;
 }
@@ -52,18 +53,22 @@ FlightRecorder::Entry* FlightRecorder::find(uint64_t id) {
 }
 
 void FlightRecorder::started(uint64_t id) {
+  if (id == 0) return;  // not recorded (capacity 0)
+  const int64_t now = wallMicros();
   std::lock_guard<std::mutex> lock(mutex_);
   if (Entry* e = find(id)) {
     e->state = State::kRunning;
-    e->startUs = wallMicros();
+    e->startUs = now;
   }
 }
 
 void FlightRecorder::finished(uint64_t id, bool ok) {
+  if (id == 0) return;
+  const int64_t now = wallMicros();
   std::lock_guard<std::mutex> lock(mutex_);
   if (Entry* e = find(id)) {
     e->state = ok ? State::kDone : State::kFailed;
-    e->endUs = wallMicros();
+    e->endUs = now;
   }
 }
 
