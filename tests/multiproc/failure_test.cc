@@ -46,6 +46,17 @@ bool namesRank(const std::string& text, int rank) {
   return std::regex_search(text, std::regex("rank " + std::to_string(rank) + "([^0-9]|$)"));
 }
 
+// The stall inspector's warnings in a rank's output, one line each.
+std::vector<std::string> stallWarnings(const std::string& out) {
+  std::vector<std::string> lines;
+  for (size_t at = out.find("has made no progress for"); at != std::string::npos;
+       at = out.find("has made no progress for", at + 1)) {
+    const size_t bol = out.rfind('\n', at) + 1;
+    lines.push_back(out.substr(bol, out.find('\n', at) - bol));
+  }
+  return lines;
+}
+
 class FailureTest : public RankProcessTest {
  protected:
   std::vector<std::string> commEnv(const std::vector<std::string>& extra = {}) {
@@ -164,15 +175,10 @@ TEST_F(FailureTest, StoppedRankIsNamedByStallWarningsAndTheRunCompletes) {
     EXPECT_EQ(k.status(), 0) << out;
     EXPECT_EQ(resultField(out, "code"), "0") << out;
     if (r == 1) continue;
-    int warnings = 0;
-    for (size_t at = out.find("has made no progress for"); at != std::string::npos;
-         at = out.find("has made no progress for", at + 1)) {
-      ++warnings;
-      const size_t bol = out.rfind('\n', at) + 1;
-      const std::string line = out.substr(bol, out.find('\n', at) - bol);
+    const std::vector<std::string> warnings = stallWarnings(out);
+    for (const std::string& line : warnings)
       namesStopped += namesRank(line, 1) && line.find("pid " + std::to_string(kids_[1]->pid())) != std::string::npos;
-    }
-    EXPECT_GE(warnings, 1) << "rank " << r << " was stopped behind rank 1 for 3.5 s:\n" << out;
+    EXPECT_GE(warnings.size(), 1u) << "rank " << r << " was stopped behind rank 1 for 3.5 s:\n" << out;
   }
   EXPECT_GE(namesStopped, 1) << "no warning named the stopped rank 1";
 }
@@ -192,12 +198,9 @@ TEST_F(FailureTest, StallWarningsNameTheLateRankAndNothingFails) {
     const std::string out = k.output();
     EXPECT_EQ(k.status(), 0) << out;
     EXPECT_EQ(resultField(out, "code"), "0") << out;
-    int warnings = 0;
-    for (size_t at = out.find("has made no progress for"); at != std::string::npos;
-         at = out.find("has made no progress for", at + 1)) {
-      ++warnings;
-      const size_t bol = out.rfind('\n', at) + 1;
-      const std::string line = out.substr(bol, out.find('\n', at) - bol);
+    const std::vector<std::string> lines = stallWarnings(out);
+    const int warnings = int(lines.size());
+    for (const std::string& line : lines) {
       EXPECT_NE(line.find("AllReduce #"), std::string::npos) << line;
       EXPECT_NE(line.find("LOOM_STALL_WARN_S=1"), std::string::npos) << line;
       // Each names the peer it waits for directly, with host and pid: rank
