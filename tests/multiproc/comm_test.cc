@@ -552,6 +552,34 @@ TEST(CommFeatures, ShrinkHealthyRanksAway) {
   destroyAll(parents);
 }
 
+// A non-blocking shrink (config.blocking = 0) returns at once; the new
+// communicators finish setting up in the background.
+TEST(CommFeatures, NonBlockingShrink) {
+  const int n = 3;
+  std::vector<ncclComm_t> parents = initAll(n);
+  std::vector<ncclComm_t> kids(size_t(n), nullptr);
+  int exclude[1] = {0};
+  onRanks(n, [&](int r) {
+    if (r == 0) return;
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    const ncclResult_t rc = ncclCommShrink(parents[size_t(r)], exclude, 1, &kids[size_t(r)], &config,
+                                           NCCL_SHRINK_DEFAULT);
+    EXPECT_TRUE(rc == ncclSuccess || rc == ncclInProgress) << ncclGetLastError(nullptr);
+    ASSERT_NE(kids[size_t(r)], nullptr);
+    ncclResult_t state = ncclInProgress;
+    for (int i = 0; i < 3000 && state == ncclInProgress; ++i) {
+      EXPECT_EQ(ncclCommGetAsyncError(kids[size_t(r)], &state), ncclSuccess);
+      if (state == ncclInProgress) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    EXPECT_EQ(state, ncclSuccess) << ncclGetLastError(kids[size_t(r)]);
+  });
+  std::vector<ncclComm_t> shrunk = {kids[1], kids[2]};
+  allReduceAndCheck(shrunk);
+  destroyAll(shrunk);
+  destroyAll(parents);
+}
+
 // ncclCommRevoke ends an operation blocked on a rank that never comes, and
 // later ones, with an error; the revoked communicator can still be shrunk.
 TEST(CommFeatures, RevokeEndsBlockedWorkThenShrink) {
