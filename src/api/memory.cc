@@ -98,6 +98,27 @@ NCCL_API(ncclResult_t, ncclCommWindowRegister, ncclComm_t comm, void* buff, size
   });
 }
 
+// NCCL's device API (nccl_device.h: kernels that communicate from the GPU)
+// is not implemented. Its two host entry points that return an
+// ncclResult_t are exported anyway, so a program linked against NCCL 2.28
+// that calls them (PyTorch's symmetric memory, say) gets this error through
+// loom instead of dying on a missing symbol. Their structure arguments are
+// never touched, so they are opaque here.
+NCCL_API(ncclResult_t, ncclDevCommCreate, ncclComm_t comm, const void* requirements, void* devComm) {
+  return guard("ncclDevCommCreate", [&]() -> Status {
+    LOOM_ASSIGN_OR_RETURN(loom::core::CommRef pinned, lookup(comm));
+    return loom::invalidUsage("ncclDevCommCreate: NCCL's device API (nccl_device.h, GPU-initiated "
+                              "communication) is not supported by loom");
+  });
+}
+
+NCCL_API(ncclResult_t, ncclDevCommDestroy, ncclComm_t comm, const void* devComm) {
+  return guard("ncclDevCommDestroy", [&]() -> Status {
+    LOOM_ASSIGN_OR_RETURN(loom::core::CommRef pinned, lookup(comm));
+    return loom::invalidUsage("ncclDevCommDestroy: NCCL's device API is not supported by loom");
+  });
+}
+
 NCCL_API(ncclResult_t, ncclCommWindowDeregister, ncclComm_t comm, ncclWindow_t win) {
   return guard("ncclCommWindowDeregister", [&]() -> Status {
     LOOM_ASSIGN_OR_RETURN(loom::core::CommRef pinned, lookup(comm));

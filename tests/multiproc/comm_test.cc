@@ -491,7 +491,17 @@ TEST(CommFeatures, GroupSimulateEndEstimatesWithoutRunning) {
   destroyAll(comms);
 }
 
-TEST(CommFeatures, WindowRegistrationSaysInvalidUsage) {
+}  // namespace
+}  // namespace loom::test
+
+// NCCL's device API (nccl_device.h); loom exports these two and refuses.
+extern "C" ncclResult_t ncclDevCommCreate(ncclComm_t comm, const void* requirements, void* devComm);
+extern "C" ncclResult_t ncclDevCommDestroy(ncclComm_t comm, const void* devComm);
+
+namespace loom::test {
+namespace {
+
+TEST(CommFeatures, WindowsAndTheDeviceApiSayInvalidUsage) {
   std::vector<ncclComm_t> comms = initAll(1);
   auto expectUsage = [](ncclResult_t rc, const char* func) {
     EXPECT_EQ(rc, ncclInvalidUsage) << func;
@@ -504,6 +514,9 @@ TEST(CommFeatures, WindowRegistrationSaysInvalidUsage) {
   expectUsage(ncclCommWindowRegister(comms[0], buf.data(), buf.size(), &win, NCCL_WIN_DEFAULT),
               "ncclCommWindowRegister");
   expectUsage(ncclCommWindowDeregister(comms[0], win), "ncclCommWindowDeregister");
+  char requirements[256] = {}, devComm[256] = {};
+  expectUsage(ncclDevCommCreate(comms[0], requirements, devComm), "ncclDevCommCreate");
+  expectUsage(ncclDevCommDestroy(comms[0], devComm), "ncclDevCommDestroy");
   allReduceAndCheck(comms);  // nothing was broken
   destroyAll(comms);
 }

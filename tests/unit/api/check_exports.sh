@@ -4,7 +4,8 @@
 # Expected, exactly: for every function ncclX declared in include/nccl.h,
 # "W ncclX" (weak alias) and "T pncclX" (the definition), "T loomX" for
 # every function of include/loom/loom.h, plus
-# "T ncclResetDebugInitInternal" (NVIDIA's library exports it too). Any other
+# "T ncclResetDebugInitInternal" (NVIDIA's library exports it too), and
+# ncclDevCommCreate/Destroy of the device API (refused). Any other
 # defined dynamic symbol -- C++ internals, a missing or extra API function,
 # a wrong binding -- fails the test.
 #
@@ -61,6 +62,12 @@ expected=$({
     echo "T $name"
   done
   echo "T ncclResetDebugInitInternal"
+  # The device API's host entry points that return ncclResult_t (declared in
+  # NCCL's nccl_device.h, not nccl.h): refused with an error, src/api/memory.cc.
+  for name in ncclDevCommCreate ncclDevCommDestroy; do
+    echo "W $name"
+    echo "T p$name"
+  done
 } | LC_ALL=C sort -k2)
 
 # nm prints "<value> <type> <name>"; undefined-value rows have two fields.
