@@ -46,8 +46,10 @@ class CudaBackend final : public Backend {
   Status copyIn(void* destination, const void* hostSource, size_t bytes) override {
     PERF_CUDA_TRY("cudaMemcpy to device", cudaMemcpy(destination, hostSource, bytes, cudaMemcpyHostToDevice));
     // From pageable memory cudaMemcpy may return before the DMA lands, and
-    // the tests' non-blocking streams do not wait for the legacy stream.
-    PERF_CUDA_TRY("cudaDeviceSynchronize", cudaDeviceSynchronize());
+    // the tests' non-blocking streams do not wait for the legacy stream: wait
+    // for that stream alone. Not the whole device: another rank's thread may
+    // have a collective queued whose gate waits for this thread's next call.
+    PERF_CUDA_TRY("cudaStreamSynchronize", cudaStreamSynchronize(cudaStreamLegacy));
     return Status::ok();
   }
   Status copyOut(void* hostDestination, const void* source, size_t bytes) override {
