@@ -523,6 +523,7 @@ Status Communicator::connectStep(const std::vector<int>& links, bool* ready) {
     if (!link) {
       LinkOptions lo = options_.link;
       lo.connectTimeoutS = options_.initTimeoutS;
+      lo.deadPeerS = options_.timeoutS;
       link = std::make_unique<PeerLink>(rank_, p, channel, lo);
     }
     bool linkReady = false;

@@ -93,6 +93,7 @@ Status PeerLink::startNetwork(Bootstrap& bootstrap, const std::atomic<bool>* abo
     const int expected = bootstrap.socketCount(peer_, channel);
     if (expected == 0 || int(sockets_.size()) < expected) return Status::ok();
   }
+  for (const net::UniqueFd& fd : sockets_) LOOM_TRY(net::watchPeer(fd.get(), options_.deadPeerS));
   network_ = transport::openNetwork(peer_, std::move(sockets_), options_.stripeMin);
   *done = true;
   return Status::ok();

@@ -30,6 +30,8 @@ struct LinkOptions {
   size_t stripeMin = 64 * 1024;
   transport::Selection selection;  // which backends may replace the network
   double connectTimeoutS = 300;
+  // TCP sockets: a peer unreachable this long fails them (net::watchPeer).
+  double deadPeerS = 0;
 };
 
 class PeerLink {

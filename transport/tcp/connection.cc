@@ -156,6 +156,11 @@ void TcpConnection::pieceDone(Ring<Message>& msgs, uint64_t& firstSeq, uint64_t 
 }
 
 Status TcpConnection::closedError(size_t s, int err) const {
+  if (err == ETIMEDOUT) {
+    return remoteError("rank " + std::to_string(peer_) + " stopped answering on socket " + std::to_string(s) +
+                       " of " + std::to_string(socks_.size()) +
+                       " (connection timed out): its host or the network to it is down");
+  }
   std::string msg = "rank " + std::to_string(peer_) + " closed its connection";
   if (err != 0) msg += " (" + errnoText(err) + ")";
   msg += " on socket " + std::to_string(s) + " of " + std::to_string(socks_.size()) +
@@ -191,7 +196,7 @@ Status TcpConnection::sendOn(size_t s) {
       int err = errno;
       if (err == EINTR) continue;
       if (err == EAGAIN || err == EWOULDBLOCK) return Status::ok();
-      if (err == EPIPE || err == ECONNRESET) return closedError(s, err);
+      if (err == EPIPE || err == ECONNRESET || err == ETIMEDOUT) return closedError(s, err);
       return systemErrno("sending to rank " + std::to_string(peer_) + " on socket " +
                              std::to_string(s),
                          err);
@@ -272,7 +277,7 @@ Status TcpConnection::fillStage(size_t s, bool* got) {
     int err = errno;
     if (err == EINTR) continue;
     if (err == EAGAIN || err == EWOULDBLOCK) return Status::ok();
-    if (err == ECONNRESET) return closedError(s, err);
+    if (err == ECONNRESET || err == ETIMEDOUT) return closedError(s, err);
     return systemErrno("receiving from rank " + std::to_string(peer_) + " on socket " +
                            std::to_string(s),
                        err);
@@ -315,7 +320,7 @@ Status TcpConnection::readPayload(size_t s, RecvPiece& p, bool* blocked) {
       *blocked = true;
       return Status::ok();
     }
-    if (err == ECONNRESET) return closedError(s, err);
+    if (err == ECONNRESET || err == ETIMEDOUT) return closedError(s, err);
     return systemErrno("receiving from rank " + std::to_string(peer_) + " on socket " +
                            std::to_string(s),
                        err);
