@@ -139,6 +139,12 @@ DeviceQueue::~DeviceQueue() {
 }
 
 Status DeviceQueue::submit(CommRef pin, std::vector<OpDesc> ops) {
+  LOOM_ASSIGN_OR_RETURN(std::unique_ptr<Submission> sub, queueHostFunctions(std::move(pin), std::move(ops)));
+  return queueGates(*sub);
+}
+
+Result<std::unique_ptr<DeviceQueue::Submission>> DeviceQueue::queueHostFunctions(CommRef pin,
+                                                                                  std::vector<OpDesc> ops) {
   std::vector<device::Stream> streams;
   for (const OpDesc& op : ops)
     if (std::find(streams.begin(), streams.end(), op.stream) == streams.end()) streams.push_back(op.stream);
@@ -158,13 +164,14 @@ Status DeviceQueue::submit(CommRef pin, std::vector<OpDesc> ops) {
     }
     return capture(std::move(ops), streams[0]);
   }
+  auto sub = std::make_unique<Submission>();
   auto job = std::make_shared<Job>();
   job->pin = std::move(pin);
   job->ops = std::move(ops);
   job->word = word_;
   job->streams = streams;
-  // One more than the host functions: the job cannot start before submit
-  // is done with it (a failed gate launch below is recorded first).
+  // One more than the host functions: the job cannot start before its gates
+  // are queued (a failed gate launch is recorded first).
   job->waiting = int(streams.size()) + 1;
   {
     std::lock_guard<std::mutex> lock(signal_->mutex);
@@ -173,9 +180,8 @@ Status DeviceQueue::submit(CommRef pin, std::vector<OpDesc> ops) {
     ++signal_->submitted;
     signal_->jobs.push_back(job);
   }
-  // On each stream: the host function (ready once the stream's earlier
-  // work is done), then the gate (later work waits for the release).
-  Status queued;
+  // On each stream the host function marks the job ready once the stream's
+  // earlier work is done; the gate (queueGates) holds back later work.
   for (device::Stream s : streams) {
     auto* ticket = new Ticket{signal_, job};
     Status st = api_->launchHostFunc(
@@ -191,26 +197,46 @@ Status DeviceQueue::submit(CommRef pin, std::vector<OpDesc> ops) {
           signal->cv.notify_all();
         },
         ticket);
-    const bool hostFunctionQueued = st.isOk();
-    if (!hostFunctionQueued) delete ticket;
-    else st = api_->launchGate(s, word_, job->value);
+    sub->hostFunctionQueued.push_back(st.isOk());
+    if (st.isOk()) continue;
+    delete ticket;
+    std::lock_guard<std::mutex> lock(signal_->mutex);
+    --job->waiting;  // a queued host function counts itself
+    if (sub->queued.isOk()) sub->queued = st;
+    if (job->failed.isOk()) job->failed = st;
+  }
+  sub->job = std::move(job);
+  return sub;
+}
+
+Status DeviceQueue::queueGates(Submission& sub) {
+  if (sub.replay) {
+    Replay& r = *sub.replay;
+    LOOM_TRY(api_->launchGateIndirect(r.stream, r.word, r.target));
+    return api_->retainWithGraph(r.stream, std::move(sub.replay));
+  }
+  Job& job = *sub.job;
+  for (size_t i = 0; i < job.streams.size(); ++i) {
+    if (!sub.hostFunctionQueued[i]) continue;  // nothing to hold back for
+    Status st = api_->launchGate(job.streams[i], word_, job.value);
     if (st.isOk()) continue;
     std::lock_guard<std::mutex> lock(signal_->mutex);
-    if (!hostFunctionQueued) --job->waiting;  // a queued host function counts itself
-    if (queued.isOk()) queued = st;
-    if (job->failed.isOk()) job->failed = st;
+    if (sub.queued.isOk()) sub.queued = st;
+    if (job.failed.isOk()) job.failed = st;
   }
   {
     std::lock_guard<std::mutex> lock(signal_->mutex);
-    --job->waiting;
+    --job.waiting;
   }
   signal_->cv.notify_all();
-  return queued;
+  return sub.queued;
 }
 
 // Captured into a graph: each replay queues a job from its host function;
-// nothing runs now. The replay's object lives as long as the graph.
-Status DeviceQueue::capture(std::vector<OpDesc> ops, device::Stream stream) {
+// nothing runs now. The replay's object lives as long as the graph
+// (queueGates hands it over).
+Result<std::unique_ptr<DeviceQueue::Submission>> DeviceQueue::capture(std::vector<OpDesc> ops,
+                                                                       device::Stream stream) {
   {
     std::lock_guard<std::mutex> lock(signal_->mutex);
     if (signal_->aborted || signal_->stop) return abortedError("capturing an operation");
@@ -231,8 +257,9 @@ Status DeviceQueue::capture(std::vector<OpDesc> ops, device::Stream stream) {
   replay->base = std::max(device::readGateWord(replay->word), device::readGateWord(replay->target));
   device::raiseGateWord(replay->word, replay->base);
   LOOM_TRY(api_->launchHostFunc(stream, &Replay::onReplay, replay.get()));
-  LOOM_TRY(api_->launchGateIndirect(stream, replay->word, replay->target));
-  return api_->retainWithGraph(stream, std::move(replay));
+  auto sub = std::make_unique<Submission>();
+  sub->replay = std::move(replay);
+  return sub;
 }
 
 Status DeviceQueue::drain(double seconds) {

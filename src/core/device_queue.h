@@ -46,6 +46,9 @@ class Communicator;
 class CommRef;
 
 class DeviceQueue {
+  struct Job;
+  struct Replay;
+
  public:
   // `comm` owns the queue and outlives it.
   static Result<std::unique_ptr<DeviceQueue>> create(Communicator* comm, device::Api* api);
@@ -54,7 +57,19 @@ class DeviceQueue {
   DeviceQueue& operator=(const DeviceQueue&) = delete;
 
   // Queues one communicator's operations of a group (their OpDesc::stream
-  // say where each belongs). `pin` pins the owning communicator.
+  // say where each belongs). `pin` pins the owning communicator. In two
+  // halves: the host functions, then the gates. A group whose communicators
+  // share a stream (ranks of one process) queues every host function before
+  // any gate, since a gate holds back everything behind it on its stream,
+  // the other communicators' host functions included.
+  struct Submission {
+    std::shared_ptr<Job> job;
+    std::vector<bool> hostFunctionQueued;  // per stream of the job
+    std::shared_ptr<Replay> replay;        // captured instead
+    Status queued;                         // the first launch that failed
+  };
+  Result<std::unique_ptr<Submission>> queueHostFunctions(CommRef pin, std::vector<OpDesc> ops);
+  Status queueGates(Submission& submission);
   Status submit(CommRef pin, std::vector<OpDesc> ops);
   // Waits until every job submitted so far has been released, at most
   // `seconds` (<= 0: no limit); an error when the time ran out.
@@ -65,10 +80,8 @@ class DeviceQueue {
 
  private:
   struct Signal;
-  struct Job;
-  struct Replay;
   DeviceQueue(Communicator* comm, device::Api* api);
-  Status capture(std::vector<OpDesc> ops, device::Stream stream);
+  Result<std::unique_ptr<Submission>> capture(std::vector<OpDesc> ops, device::Stream stream);
   std::deque<std::shared_ptr<Job>>::iterator nextJob();
   void loop();
   Status run(Job& job);

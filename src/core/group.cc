@@ -326,10 +326,15 @@ Status waitTurn(Communicator* c) {
   return s.isOk() ? c->waitSplits() : s;
 }
 
-// Cuda mode: each communicator's share goes to its device queue, in call order.
+// Cuda mode: each communicator's share goes to its device queue, in call
+// order; every host function before any gate (DeviceQueue::submit's two
+// halves), as communicators of one process may share a stream.
 Status submitToDevices(std::vector<PendingOp> ops) {
+  std::vector<std::pair<DeviceQueue*, std::unique_ptr<DeviceQueue::Submission>>> queued;
+  Status s;
   for (Communicator* c : commsOf(ops)) {
-    LOOM_TRY(waitTurn(c));
+    s = waitTurn(c);
+    if (!s.isOk()) break;
     std::vector<OpDesc> mine;
     CommRef pin;
     for (auto& p : ops) {
@@ -338,10 +343,24 @@ Status submitToDevices(std::vector<PendingOp> ops) {
       if (!pin) pin = p.comm;
     }
     DeviceQueue* q = c->deviceQueue();
-    if (!q) return internalError(c->describe() + " is in cuda mode but has no device queue");
-    LOOM_TRY(q->submit(std::move(pin), std::move(mine)));
+    if (!q) {
+      s = internalError(c->describe() + " is in cuda mode but has no device queue");
+      break;
+    }
+    auto sub = q->queueHostFunctions(std::move(pin), std::move(mine));
+    if (!sub.isOk()) {
+      s = sub.takeStatus();
+      break;
+    }
+    queued.emplace_back(q, std::move(sub.value()));
   }
-  return Status::ok();
+  // What was queued gets its gates even after a failure: a job left
+  // without them would never be released.
+  for (auto& [q, sub] : queued) {
+    Status g = q->queueGates(*sub);
+    if (s.isOk()) s = g;
+  }
+  return s;
 }
 
 }  // namespace

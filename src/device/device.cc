@@ -54,19 +54,28 @@ ScopedDevice::~ScopedDevice() {
 
 Result<uint64_t*> acquireGateWord(Api* table) {
   WordPool& p = pool();
-  std::lock_guard<std::mutex> lock(p.mutex);
-  std::vector<uint64_t*>& free = p.free[table];
-  if (free.empty()) {
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> lock(p.mutex);
+      std::vector<uint64_t*>& free = p.free[table];
+      if (!free.empty()) {
+        uint64_t* w = free.back();
+        free.pop_back();
+        return w;
+      }
+    }
+    // A new page, allocated outside the lock: releaseGateWord runs on CUDA's
+    // callback thread too (a graph's replay object going away), which must
+    // never wait behind a driver call.
     LOOM_ASSIGN_OR_RETURN(void* page, table->allocHost(kPageBytes));
     auto* words = static_cast<uint64_t*>(page);
+    std::lock_guard<std::mutex> lock(p.mutex);
+    std::vector<uint64_t*>& free = p.free[table];
     for (size_t i = 0; i + kWordStride <= kPageBytes / sizeof(uint64_t); i += kWordStride) {
       words[i] = 0;
       free.push_back(words + i);
     }
   }
-  uint64_t* w = free.back();
-  free.pop_back();
-  return w;
 }
 
 void releaseGateWord(Api* table, uint64_t* word) {

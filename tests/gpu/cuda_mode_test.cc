@@ -214,6 +214,35 @@ TEST_F(CudaMode, AllReduceIsOrderedOnTheStreamAndReturnsAtOnce) {
   EXPECT_EQ(err, 0);
 }
 
+// Ranks of one process sharing one stream (a single-GPU job whose group
+// puts every rank's call on stream 0): every host function goes on the
+// stream before any gate, else rank 0's gate would hold back rank 1's host
+// function while rank 0's operation waits for rank 1.
+TEST_F(CudaMode, RanksSharingOneStreamInAGroup) {
+  makeRanks(3);
+  constexpr size_t kCount = 4099;
+  std::vector<std::unique_ptr<DeviceBuffer>> in, out;
+  for (int r = 0; r < n(); ++r) {
+    in.push_back(std::make_unique<DeviceBuffer>(kCount * sizeof(float)));
+    out.push_back(std::make_unique<DeviceBuffer>(kCount * sizeof(float)));
+    float* host = in.back()->host<float>();
+    for (size_t i = 0; i < kCount; ++i) host[i] = float(r + 1);
+  }
+  const Stream shared = streams_[0];
+  for (int round = 0; round < 3; ++round) {
+    ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+    for (int r = 0; r < n(); ++r) {
+      ASSERT_EQ(ncclAllReduce(in[size_t(r)]->ptr, out[size_t(r)]->ptr, kCount, ncclFloat, ncclSum,
+                              comms_[size_t(r)], asCuda(shared)),
+                ncclSuccess);
+    }
+    ASSERT_EQ(ncclGroupEnd(), ncclSuccess);
+  }
+  ASSERT_TRUE(drains(shared));
+  for (int r = 0; r < n(); ++r)
+    for (size_t i = 0; i < kCount; i += 101) ASSERT_EQ(out[size_t(r)]->host<float>()[i], 6.0f) << "rank " << r;
+}
+
 // Every collective and point-to-point call, in place and out of place, on
 // device buffers: the same results as the host engine's.
 TEST_F(CudaMode, EveryCollectiveOnDeviceBuffers) {
