@@ -211,9 +211,10 @@ Result<std::unique_ptr<DeviceQueue::Submission>> DeviceQueue::queueHostFunctions
 
 Status DeviceQueue::queueGates(Submission& sub) {
   if (sub.replay) {
-    Replay& r = *sub.replay;
-    LOOM_TRY(api_->launchGateIndirect(r.stream, r.word, r.target));
-    return api_->retainWithGraph(r.stream, std::move(sub.replay));
+    // The graph owns the replay first: its host function is captured.
+    Replay* r = sub.replay.get();
+    LOOM_TRY(api_->retainWithGraph(r->stream, std::move(sub.replay)));
+    return api_->launchGateIndirect(r->stream, r->word, r->target);
   }
   Job& job = *sub.job;
   for (size_t i = 0; i < job.streams.size(); ++i) {

@@ -330,11 +330,14 @@ Status waitTurn(Communicator* c) {
 // order; every host function before any gate (DeviceQueue::submit's two
 // halves), as communicators of one process may share a stream.
 Status submitToDevices(std::vector<PendingOp> ops) {
+  // Every communicator ready first: a job whose gates are not queued yet
+  // is held, and a communicator's init may wait for another's queue to
+  // drain (a shrink of it).
+  const std::vector<Communicator*> comms = commsOf(ops);
+  for (Communicator* c : comms) LOOM_TRY(waitTurn(c));
   std::vector<std::pair<DeviceQueue*, std::unique_ptr<DeviceQueue::Submission>>> queued;
   Status s;
-  for (Communicator* c : commsOf(ops)) {
-    s = waitTurn(c);
-    if (!s.isOk()) break;
+  for (Communicator* c : comms) {
     std::vector<OpDesc> mine;
     CommRef pin;
     for (auto& p : ops) {

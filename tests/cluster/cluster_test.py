@@ -54,12 +54,13 @@ def pid_alive(pid):
 
 
 def remove_stale_namespaces():
-    """Namespaces of an earlier harness that was killed (its pid is gone)."""
+    """Namespaces of an earlier harness that was killed: its pid is gone, or
+    reused by this one (which has created none yet)."""
     listed = ip("netns", "list", check=False).stdout.split("\n")
     for line in listed:
         name = line.split(" ")[0]
         m = PREFIX_RE.match(name)
-        if m and not pid_alive(int(m.group(1))):
+        if m and (int(m.group(1)) == os.getpid() or not pid_alive(int(m.group(1)))):
             ip("netns", "del", name, check=False)
 
 

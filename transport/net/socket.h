@@ -196,10 +196,9 @@ Status recvAll(int fd, void* data, size_t bytes, Deadline deadline,
 // Small helpers used by the transport.
 Status setNoDelay(int fd);
 // Dead-peer detection on a connected TCP socket, within about `seconds`
-// (<= 0: off): keepalive probes while it is idle, TCP_USER_TIMEOUT while sent
-// data waits for an acknowledgement. A peer whose host or network vanished
-// then fails the socket with ETIMEDOUT; a peer that is alive but slow (even
-// stopped) still acknowledges, so it never does.
+// (<= 0: off): keepalive probes while it is idle. A peer whose host or
+// network vanished then fails the socket (ETIMEDOUT); a peer that is alive
+// but slow (even stopped) still answers the probes, so it never does.
 Status watchPeer(int fd, double seconds);
 Status setNonBlocking(int fd);
 // The peer address of a connected socket ("<unknown peer>" on failure).

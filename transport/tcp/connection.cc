@@ -10,12 +10,17 @@
 #include <cstring>
 
 namespace loom::transport::tcp {
+
 namespace {
 
 constexpr size_t kHeaderBytes = sizeof(FrameHeader);
 constexpr int kMaxIov = 64;
 
 size_t ceilDiv(size_t a, size_t b) { return (a + b - 1) / b; }
+
+// The errors of a socket whose peer stopped answering (keepalive, or no
+// route to it any more) rather than closed or reset it.
+bool lostPeer(int err) { return err == ETIMEDOUT || err == EHOSTUNREACH || err == ENETUNREACH || err == EHOSTDOWN; }
 
 }  // namespace
 
@@ -156,10 +161,10 @@ void TcpConnection::pieceDone(Ring<Message>& msgs, uint64_t& firstSeq, uint64_t 
 }
 
 Status TcpConnection::closedError(size_t s, int err) const {
-  if (err == ETIMEDOUT) {
+  if (lostPeer(err)) {
     return remoteError("rank " + std::to_string(peer_) + " stopped answering on socket " + std::to_string(s) +
                        " of " + std::to_string(socks_.size()) +
-                       " (connection timed out): its host or the network to it is down");
+                       " (" + errnoText(err) + "): its host or the network to it is down");
   }
   std::string msg = "rank " + std::to_string(peer_) + " closed its connection";
   if (err != 0) msg += " (" + errnoText(err) + ")";
@@ -196,7 +201,7 @@ Status TcpConnection::sendOn(size_t s) {
       int err = errno;
       if (err == EINTR) continue;
       if (err == EAGAIN || err == EWOULDBLOCK) return Status::ok();
-      if (err == EPIPE || err == ECONNRESET || err == ETIMEDOUT) return closedError(s, err);
+      if (err == EPIPE || err == ECONNRESET || lostPeer(err)) return closedError(s, err);
       return systemErrno("sending to rank " + std::to_string(peer_) + " on socket " +
                              std::to_string(s),
                          err);
@@ -277,7 +282,7 @@ Status TcpConnection::fillStage(size_t s, bool* got) {
     int err = errno;
     if (err == EINTR) continue;
     if (err == EAGAIN || err == EWOULDBLOCK) return Status::ok();
-    if (err == ECONNRESET || err == ETIMEDOUT) return closedError(s, err);
+    if (err == ECONNRESET || lostPeer(err)) return closedError(s, err);
     return systemErrno("receiving from rank " + std::to_string(peer_) + " on socket " +
                            std::to_string(s),
                        err);
@@ -320,7 +325,7 @@ Status TcpConnection::readPayload(size_t s, RecvPiece& p, bool* blocked) {
       *blocked = true;
       return Status::ok();
     }
-    if (err == ECONNRESET || err == ETIMEDOUT) return closedError(s, err);
+    if (err == ECONNRESET || lostPeer(err)) return closedError(s, err);
     return systemErrno("receiving from rank " + std::to_string(peer_) + " on socket " +
                            std::to_string(s),
                        err);
