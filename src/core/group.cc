@@ -43,9 +43,12 @@ struct Task {
   kernels::Reduction reduction{};
   const void* scalarPtr = nullptr;
   bool reducing = false;
-  std::string name;
+  uint64_t seq = 0;  // the communicator's operation number
   std::vector<int> links;  // the connections the plan uses (linkIndex)
   uint64_t flightId = 0;   // its entry in the communicator's flight recorder
+  // "AllReduce #17 (1024 x float)": built when a message needs it, not for
+  // every operation (formatting costs a noticeable share of a tiny one).
+  std::string name() const;
 };
 
 struct CommRun {
@@ -76,6 +79,11 @@ std::string opLabel(const OpDesc& op, uint64_t seq) {
   return buf;
 }
 
+std::string Task::name() const {
+  if (ops.size() == 1) return opLabel(ops[0], seq);
+  return "group of " + std::to_string(ops.size()) + " point-to-point calls #" + std::to_string(seq);
+}
+
 Status buildTasks(Communicator* comm, const std::vector<OpDesc>& ops, std::vector<Task>* tasks) {
   PlanParams params;
   params.rank = comm->rank();
@@ -97,7 +105,7 @@ Status buildTasks(Communicator* comm, const std::vector<OpDesc>& ops, std::vecto
     t.scalarPtr = op.scalarPtr;
     t.reducing = isReducing(op.kind);
     const uint64_t seq = comm->nextSeq();
-    t.name = opLabel(op, seq);
+    t.seq = seq;
     t.flightId = comm->flight().record(FlightRecorder::Entry{
         .seq = seq, .collSeq = comm->nextCollSeq(), .kind = opKindName(op.kind), .count = op.count, .type = kernels::dataTypeName(op.type),
         .op = t.reducing ? kernels::redOpName(op.reduction.op) : "",
@@ -115,8 +123,7 @@ Status buildTasks(Communicator* comm, const std::vector<OpDesc>& ops, std::vecto
     }
     t.reduction.type = kernels::DataType::kUint8;
     const uint64_t seq = comm->nextSeq();
-    t.name = p2p.size() == 1 ? opLabel(p2p[0], seq)
-                             : "group of " + std::to_string(p2p.size()) + " point-to-point calls #" + std::to_string(seq);
+    t.seq = seq;
     size_t elems = 0;
     bool collective = true;  // AllToAll, Gather, Scatter: every rank calls them
     for (const OpDesc& op : p2p) {
@@ -172,7 +179,7 @@ class Engine {
   Status step(CommRun& cr, bool* progressed) {
     if (cr.done()) return Status::ok();
     Communicator* comm = cr.comm;
-    if (comm->aborted()) return abortedError("running " + cr.tasks[cr.current].name);
+    if (comm->aborted()) return abortedError("running " + cr.tasks[cr.current].name());
     Task& task = cr.tasks[cr.current];
     if (!cr.runner) {
       bool ready = false;
@@ -184,7 +191,7 @@ class Engine {
       LOOM_ASSIGN_OR_RETURN(cr.runner, PlanRunner::create(&task.plan, task.buffers, task.reduction, task.reducing,
                                                           comm->connections(), &comm->scratch(),
                                                           &comm->registrations(), device_));
-      LOOM_TRACE(log::kColl, "%s: %s: %s", comm->describe().c_str(), task.name.c_str(),
+      LOOM_TRACE(log::kColl, "%s: %s: %s", comm->describe().c_str(), task.name().c_str(),
                  dumpPlan(task.plan).c_str());
       comm->flight().started(task.flightId);
       *progressed = true;
@@ -232,7 +239,7 @@ class Engine {
       const std::string ends = timeout > 0 ? "it fails after LOOM_TIMEOUT_S=" + std::to_string(int(timeout)) + " s"
                                            : "LOOM_TIMEOUT_S=0: it waits for ever";
       LOOM_WARN("%s: %s has made no progress for %d s; waiting for %s (LOOM_STALL_WARN_S=%d; %s)",
-                comm->describe().c_str(), cr.tasks[cr.current].name.c_str(), int(stalled), waitingList(cr).c_str(),
+                comm->describe().c_str(), cr.tasks[cr.current].name().c_str(), int(stalled), waitingList(cr).c_str(),
                 int(period), ends.c_str());
     }
     if (timeout > 0 && stalled > timeout) {
@@ -243,7 +250,7 @@ class Engine {
       // neighbour.
       const double grace = std::min(2.0, timeout / 4);
       if (stalled < timeout + grace && waitsOnlyOnThisHost(cr)) return Status::ok();
-      return remoteError(cr.tasks[cr.current].name + " made no progress for " +
+      return remoteError(cr.tasks[cr.current].name() + " made no progress for " +
                          std::to_string(int(timeout)) + " s (LOOM_TIMEOUT_S); waiting for " +
                          waitingList(cr));
     }
@@ -289,7 +296,7 @@ class Engine {
       if (!cr.done()) cr.comm->flight().finished(cr.tasks[cr.current].flightId, false);
     }
     if (s.code() == Code::kRemoteError && !comm->aborted()) s = comm->preferPeerReport(s);
-    const std::string name = failed.done() ? "group" : failed.tasks[failed.current].name;
+    const std::string name = failed.done() ? "group" : failed.tasks[failed.current].name();
     const bool hinted = s.message().find(kAbortHint) != std::string::npos;  // relayed from a peer
     const std::string waiting = s.code() == Code::kRemoteError && !failed.done()
                                     ? " [peers involved: " + waitingList(failed) + "]"
