@@ -22,7 +22,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "cluster"))
-from cluster_test import Cluster, remove_stale_namespaces  # noqa: E402
+from cluster_test import Cluster, rank_env, remove_stale_namespaces  # noqa: E402
 
 STREAMS = 2  # loom's sockets per connection (LinkOptions::socketsPerPeer)
 
@@ -47,10 +47,8 @@ def allreduce(cluster, build, per_host, size, iters):
     procs = []
     secret = os.urandom(8).hex()
     for r in range(n):
-        env = dict(os.environ)
-        env.update({"NCCL_COMM_ID": "%s:29600" % cluster.addrs[0], "LOOM_COMM_SECRET": secret,
-                    "NCCL_SOCKET_IFNAME": "eth0", "LOOM_DEVICE": "host", "NCCL_HOSTID": cluster.hosts[r // per_host],
-                    "LOOM_RANK": str(r), "LOOM_WORLD_SIZE": str(n), "LOOM_LOCAL_RANK": str(r % per_host)})
+        env = rank_env(cluster, r // per_host, secret,
+                       {"LOOM_RANK": str(r), "LOOM_WORLD_SIZE": str(n), "LOOM_LOCAL_RANK": str(r % per_host)}, 29600)
         cmd = ["ip", "netns", "exec", cluster.hosts[r // per_host], os.path.join(build, "bin", "all_reduce_perf"),
                "-b", str(size), "-e", str(size), "-n", str(iters), "-w", "2", "-c", "0", "-d", "float"]
         procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True))

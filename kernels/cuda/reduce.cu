@@ -200,7 +200,7 @@ __global__ void copyKernel(CopyParams p) {
 }
 
 // Loading a kernel by name (cudaFuncGetAttributes) makes the driver load it
-// now instead of at its first launch (see preloadKernels in launch.h).
+// now instead of at its first launch (see preloadReduceKernels in launch.h).
 template <typename T, typename Op>
 cudaError_t loadOp() {
   cudaFuncAttributes a;

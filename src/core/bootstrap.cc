@@ -329,9 +329,7 @@ bool Bootstrap::refuses(int peer) const {
 
 Result<net::UniqueFd> Bootstrap::waitFor(wire::HelloKind kind, int from, Deadline deadline,
                                          const std::atomic<bool>* abort) {
-  constexpr double kProbePeriodS = 0.5;
-  Clock::time_point lastProbe = Clock::now();
-  bool refusedBefore = false;  // two refusals in a row, half a second apart
+  DeadPeerProbe probe(*this, from);
   for (;;) {
     service();
     if (auto fd = take(kind, from, 0, 0)) return std::move(*fd);
@@ -344,19 +342,22 @@ Result<net::UniqueFd> Bootstrap::waitFor(wire::HelloKind kind, int from, Deadlin
     // `from` opened its listener before anyone learned the table and must
     // connect here before it can finish: if it refuses connections now, it
     // died (a failed setup would have sent a notice).
-    if (secondsSince(lastProbe) > kProbePeriodS) {
-      lastProbe = Clock::now();
-      const bool refused = refuses(from);
-      if (refused && refusedBefore) {
-        return remoteError(describe(from) + " died during setup: its listener refuses connections");
-      }
-      refusedBefore = refused;
-    }
+    if (probe.dead()) return remoteError(describe(from) + " died during setup: its listener refuses connections");
     std::vector<pollfd> fds;
     pollFds(&fds);
     if (::poll(fds.data(), fds.size(), deadline.msLeft(100)) < 0 && errno != EINTR)
       return systemErrno("poll", errno);
   }
+}
+
+bool DeadPeerProbe::dead() {
+  constexpr double kProbePeriodS = 0.5;
+  if (secondsSince(last_) <= kProbePeriodS) return false;
+  last_ = Clock::now();
+  const bool refused = bootstrap_.refuses(peer_);
+  const bool twice = refused && refusedBefore_;
+  refusedBefore_ = refused;
+  return twice;
 }
 
 Status Bootstrap::ringGather(uint8_t* base, const std::vector<size_t>& offsets, const std::vector<size_t>& sizes,

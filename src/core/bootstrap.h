@@ -149,6 +149,21 @@ Status checkRootReply(const wire::Reply& reply, int nranks);
 Status checkHello(const wire::Hello& h, const Bootstrap::Identity& self);
 
 // 64-bit FNV-1a of some bytes (comm hashes, secrets from text).
+// While waiting for `peer` to connect: tells a dead peer from a slow one. Its
+// listener is open for as long as its communicator lives, so two refusals in
+// a row, probed at most every half second, mean it died.
+class DeadPeerProbe {
+ public:
+  DeadPeerProbe(const Bootstrap& bootstrap, int peer) : bootstrap_(bootstrap), peer_(peer) {}
+  bool dead();
+
+ private:
+  const Bootstrap& bootstrap_;
+  const int peer_;
+  Clock::time_point last_ = Clock::now();
+  bool refusedBefore_ = false;
+};
+
 uint64_t hashBytes(const void* data, size_t bytes, uint64_t seed = 1469598103934665603ull);
 
 }  // namespace loom::core

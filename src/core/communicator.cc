@@ -881,9 +881,7 @@ Status sendShrinkReply(int fd, const std::vector<uint8_t>* table, Code code, con
 // listener is serviced under listenMutex_, as a watchdog's pollNotices does;
 // notices do not end the wait (a failed parent gets them), a dead `from` does.
 Result<net::UniqueFd> Communicator::awaitShrinkEntry(int from, Deadline deadline, const std::atomic<bool>* abort) {
-  constexpr double kProbePeriodS = 0.5;
-  Clock::time_point lastProbe = Clock::now();
-  bool refusedBefore = false;  // two refusals in a row, half a second apart
+  DeadPeerProbe probe(*bootstrap_, from);
   for (;;) {
     {
       std::lock_guard<std::mutex> lock(listenMutex_);
@@ -892,14 +890,7 @@ Result<net::UniqueFd> Communicator::awaitShrinkEntry(int from, Deadline deadline
     }
     if (abort->load()) return abortedError("waiting for the shrink entry of " + describePeer(from));
     if (deadline.expired()) return remoteError("timed out waiting for the shrink entry of " + describePeer(from));
-    if (secondsSince(lastProbe) > kProbePeriodS) {
-      lastProbe = Clock::now();
-      const bool refused = bootstrap_->refuses(from);
-      if (refused && refusedBefore) {
-        return remoteError(describePeer(from) + " is dead: its listener refuses connections");
-      }
-      refusedBefore = refused;
-    }
+    if (probe.dead()) return remoteError(describePeer(from) + " is dead: its listener refuses connections");
     std::vector<pollfd> fds;
     pollFdsForNotices(&fds);
     ::poll(fds.data(), fds.size(), deadline.msLeft(100));

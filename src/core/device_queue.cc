@@ -138,11 +138,6 @@ DeviceQueue::~DeviceQueue() {
   for (device::Event e : events_) api_->destroyEvent(e);
 }
 
-Status DeviceQueue::submit(CommRef pin, std::vector<OpDesc> ops) {
-  LOOM_ASSIGN_OR_RETURN(std::unique_ptr<Submission> sub, queueHostFunctions(std::move(pin), std::move(ops)));
-  return queueGates(*sub);
-}
-
 Result<std::unique_ptr<DeviceQueue::Submission>> DeviceQueue::queueHostFunctions(CommRef pin,
                                                                                   std::vector<OpDesc> ops) {
   std::vector<device::Stream> streams;

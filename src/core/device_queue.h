@@ -1,11 +1,12 @@
 // Cuda mode: a communicator's operations on device buffers, ordered on the
 // callers' CUDA streams, run by a progress thread of its own.
 //
-// submit() (the caller's thread, at the call or at ncclGroupEnd) queues on
+// Submitting (the caller's thread, at the call or at ncclGroupEnd) queues on
 // each stream the job's operations touch: a host function that marks the
-// job ready once the work queued before it on that stream has finished,
-// then a gate that holds back the stream's later work until the job is
-// released. It returns at once and never waits for a peer.
+// job ready once the work queued before it on that stream has finished
+// (queueHostFunctions), then a gate that holds back the stream's later work
+// until the job is released (queueGates). It returns at once and never
+// waits for a peer.
 //
 // The progress thread runs ready jobs in submission order (the order every
 // rank called them in) through the engine, with a DeviceContext: each step's
@@ -70,7 +71,6 @@ class DeviceQueue {
   };
   Result<std::unique_ptr<Submission>> queueHostFunctions(CommRef pin, std::vector<OpDesc> ops);
   Status queueGates(Submission& submission);
-  Status submit(CommRef pin, std::vector<OpDesc> ops);
   // Waits until every job submitted so far has been released, at most
   // `seconds` (<= 0: no limit); an error when the time ran out.
   Status drain(double seconds);

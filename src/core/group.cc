@@ -334,8 +334,9 @@ Status waitTurn(Communicator* c) {
 }
 
 // Cuda mode: each communicator's share goes to its device queue, in call
-// order; every host function before any gate (DeviceQueue::submit's two
-// halves), as communicators of one process may share a stream.
+// order; every host function before any gate (DeviceQueue's
+// queueHostFunctions, then queueGates), as communicators of one process may
+// share a stream.
 Status submitToDevices(std::vector<PendingOp> ops) {
   // Every communicator ready first: a job whose gates are not queued yet
   // is held, and a communicator's init may wait for another's queue to

@@ -79,14 +79,9 @@ class CudaApi final : public Api {
 
   Status loadKernels(int device) override {
     RelaxedCapture relaxed;
-    int current = 0;
-    if (cudaError_t e = cudaGetDevice(&current); e != cudaSuccess) return failure("cudaGetDevice", e);
-    if (current != device) {
-      if (cudaError_t e = cudaSetDevice(device); e != cudaSuccess) return failure("cudaSetDevice", e);
-    }
-    Status s = kernels::cuda::loadKernels();
-    if (current != device) cudaSetDevice(current);
-    return s;
+    ScopedDevice bound(this, device);
+    LOOM_TRY(bound.status());
+    return kernels::cuda::loadKernels();
   }
 
   Result<Stream> createStream() override {

@@ -140,9 +140,10 @@ class Checks:
         return ok
 
 
-def rank_env(cluster, host, secret, extra):
+def rank_env(cluster, host, secret, extra, port=29500):
+    """A rank's environment on `host`: the rendezvous at host 0, its host id."""
     env = dict(os.environ)
-    env.update({"NCCL_COMM_ID": "%s:29500" % cluster.addrs[0], "LOOM_COMM_SECRET": secret,
+    env.update({"NCCL_COMM_ID": "%s:%d" % (cluster.addrs[0], port), "LOOM_COMM_SECRET": secret,
                 "NCCL_HOSTID": cluster.hosts[host], "NCCL_SOCKET_IFNAME": "eth0", "LOOM_DEVICE": "host",
                 "LOOM_INIT_TIMEOUT_S": "60"})
     env.update(extra)
