@@ -10,6 +10,10 @@ faster. The first round of each build also checks the results (-c 1).
 
   bench/compare_builds.py --a /tmp/loom-before/build --b build --ranks 2,4 \\
       --sizes 8,64K,1M,64M --rounds 3
+
+--plot FILE.png also draws the medians (tools/perf/perf_plot.py): busbw and
+time against size, A and B per rank count (out-of-place, or in-place with
+--plot-inplace); needs matplotlib (python3-matplotlib).
 """
 import argparse
 import os
@@ -17,7 +21,7 @@ import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from compare_openmpi import ROW, parse, parse_size, run  # noqa: E402
+from compare_openmpi import ROW, load_perf_plot, parse, parse_size, plot_series, run  # noqa: E402
 
 
 def main():
@@ -29,9 +33,16 @@ def main():
     ap.add_argument("-n", default="50", help="timed iterations per size")
     ap.add_argument("-w", default="5", help="warm-up iterations per size")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--plot", metavar="PNG", help="also draw busbw and time against size to this PNG")
+    ap.add_argument("--plot-inplace", action="store_true", help="draw the in-place columns")
     args = ap.parse_args()
+    perf_plot = None
+    if args.plot:
+        perf_plot = load_perf_plot()
+        perf_plot.ensure_matplotlib()  # before the runs, not after
     builds = {"A": args.a, "B": args.b}
     sizes = [parse_size(s) for s in args.sizes.split(",")]
+    results = []
     for n in [int(x) for x in args.ranks.split(",")]:
         runs = {"A": [], "B": []}
         for r in range(args.rounds):
@@ -44,6 +55,7 @@ def main():
                                            "-e", str(size), "-n", args.n, "-w", args.w,
                                            "-c", "1" if r == 0 else "0"]), ROW))
                 runs[key].append(rows)
+        results.append((n, [("A", runs["A"]), ("B", runs["B"])]))
         print("\n# %d ranks, float sum, %d rounds (A B alternating), each size alone; medians; ratio = B / A" %
               (n, args.rounds))
         print("#%11s  %9s %9s %7s %7s  %9s %9s %7s %7s" % ("size(B)", "A oop us", "B oop us", "busbw", "time",
@@ -58,6 +70,10 @@ def main():
             print("%12d  %9.2f %9.2f %7.2f %7.2f  %9.2f %9.2f %7.2f %7.2f" % (
                 size, med("A", "oop_us"), med("B", "oop_us"), ratio("oop_bus"), ratio("oop_us"),
                 med("A", "ip_us"), med("B", "ip_us"), ratio("ip_bus"), ratio("ip_us")))
+    if perf_plot:
+        title = "AllReduce float sum, medians of %d rounds: A = %s, B = %s" % (args.rounds, args.a, args.b)
+        perf_plot.draw(plot_series(perf_plot, results, args.plot_inplace), args.plot, args.plot_inplace, title)
+        print("# wrote %s" % args.plot)
 
 
 if __name__ == "__main__":

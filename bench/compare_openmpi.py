@@ -23,6 +23,7 @@ run as root and missing). Open MPI runs with its shared-memory transport
 (btl vader + self), as root with --allow-run-as-root --oversubscribe.
 """
 import argparse
+import importlib.util
 import os
 import re
 import shutil
@@ -71,6 +72,32 @@ def parse(text, pattern):
     return rows
 
 
+def load_perf_plot():
+    """tools/perf/perf_plot.py, imported by path."""
+    path = os.path.join(HERE, "..", "tools", "perf", "perf_plot.py")
+    spec = importlib.util.spec_from_file_location("perf_plot", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def plot_series(perf_plot, results, inplace=False):
+    """results: [(ranks, [(name, runs), ...])], runs as parse() returns them,
+    one per round. Returns perf_plot Series, one per (ranks, name): the
+    median time and busbw over the rounds of every size all rounds of all
+    names have."""
+    time_key, bus_key = ("ip_us", "ip_bus") if inplace else ("oop_us", "oop_bus")
+    series = []
+    for ranks, named in results:
+        every = [rows for _, runs in named for rows in runs]
+        sizes = sorted(s for s in every[0] if all(s in rows for rows in every)) if every else []
+        for name, runs in named:
+            points = [(size, statistics.median(r[size][time_key] for r in runs),
+                       statistics.median(r[size][bus_key] for r in runs)) for size in sizes]
+            series.append(perf_plot.Series.from_points("%s, %d ranks" % (name, ranks), points, inplace))
+    return series
+
+
 def run(cmd, env=None):
     p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
     if p.returncode != 0:
@@ -88,7 +115,13 @@ def main():
     ap.add_argument("-w", default="2", help="warm-up iterations per size")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--hot", action="store_true", help="one run per size: buffers stay in place (cache-hot)")
+    ap.add_argument("--plot", metavar="PNG", help="also draw busbw and time against size to this PNG")
+    ap.add_argument("--plot-inplace", action="store_true", help="draw the in-place columns")
     args = ap.parse_args()
+    perf_plot = None
+    if args.plot:
+        perf_plot = load_perf_plot()
+        perf_plot.ensure_matplotlib()  # before the runs, not after
     build = os.path.abspath(args.build)
     ensure_mpi()
     mpi_exe = build_mpi(build)
@@ -102,6 +135,7 @@ def main():
         while size <= end:
             ranges.append((str(size), str(size)))
             size *= 2
+    results = []
     for n in [int(x) for x in args.ranks.split(",")]:
         loom_runs, mpi_runs = [], []
         for r in range(args.rounds):
@@ -115,6 +149,7 @@ def main():
                                       "-w", args.w], env=mpi_env), MPI_ROW))
             loom_runs.append(loom)
             mpi_runs.append(mpi)
+        results.append((n, [("loom", loom_runs), ("Open MPI", mpi_runs)]))
         print("\n# %d ranks, float sum, %d rounds (A B alternating)%s; medians; ratio = loom / Open MPI" %
               (n, args.rounds, ", hot buffers" if args.hot else ""))
         print("#%11s  %9s %9s %7s %7s  %9s %9s %7s %7s" % ("size(B)", "loom oop", "mpi oop", "busbw", "time",
@@ -129,6 +164,11 @@ def main():
                 size, med(loom_runs, "oop_bus"), med(mpi_runs, "oop_bus"), ratio("oop_bus", None),
                 ratio("oop_us", None), med(loom_runs, "ip_bus"), med(mpi_runs, "ip_bus"),
                 ratio("ip_bus", None), ratio("ip_us", None)))
+    if perf_plot:
+        title = "AllReduce float sum: loom vs Open MPI, medians of %d rounds%s" % (
+            args.rounds, ", hot buffers" if args.hot else "")
+        perf_plot.draw(plot_series(perf_plot, results, args.plot_inplace), args.plot, args.plot_inplace, title)
+        print("# wrote %s" % args.plot)
 
 
 if __name__ == "__main__":
