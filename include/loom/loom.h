@@ -32,6 +32,16 @@ ncclResult_t loomSetBufferMode(loomBufferMode_t mode);
 /* The mode `comm` runs in (never loomBufferModeDefault). */
 ncclResult_t loomCommGetBufferMode(const ncclComm_t comm, loomBufferMode_t* mode);
 
+/* How long an operation of `comm` may make no progress before it fails
+ * with ncclRemoteError, naming the ranks it waits for: `seconds` from now
+ * on, for the operations that start after the call (LOOM_TIMEOUT_S gives
+ * the value at init). 0 waits for ever; negative or not finite is
+ * ncclInvalidArgument. Frameworks map their group timeout onto it. */
+ncclResult_t loomCommSetTimeout(ncclComm_t comm, double seconds);
+
+/* The timeout `comm` applies now, in seconds (0: none). */
+ncclResult_t loomCommGetTimeout(const ncclComm_t comm, double* seconds);
+
 #ifdef __cplusplus
 }
 #endif

@@ -2,6 +2,7 @@
 // pnccl-style profiling twins (NCCL has none of these to wrap).
 #include <loom/loom.h>
 
+#include <cmath>
 #include <cstring>
 
 #include "api/api.h"
@@ -32,6 +33,26 @@ LOOM_API(ncclResult_t, loomCommGetBufferMode, const ncclComm_t comm, loomBufferM
     LOOM_ASSIGN_OR_RETURN(core::CommRef c, lookup(comm));
     LOOM_TRY(checkPtr(mode, "mode"));
     *mode = c->mode() == core::Mode::kCuda ? loomBufferModeCuda : loomBufferModeHost;
+    return Status::ok();
+  });
+}
+
+LOOM_API(ncclResult_t, loomCommSetTimeout, ncclComm_t comm, double seconds) {
+  return guard("loomCommSetTimeout", [&]() -> Status {
+    LOOM_ASSIGN_OR_RETURN(core::CommRef c, lookup(comm));
+    if (!std::isfinite(seconds) || seconds < 0) {
+      return invalidArgument("seconds " + std::to_string(seconds) + " is not a timeout (0 or more; 0 = none)");
+    }
+    c->setTimeoutS(seconds);
+    return Status::ok();
+  });
+}
+
+LOOM_API(ncclResult_t, loomCommGetTimeout, const ncclComm_t comm, double* seconds) {
+  return guard("loomCommGetTimeout", [&]() -> Status {
+    LOOM_ASSIGN_OR_RETURN(core::CommRef c, lookup(comm));
+    LOOM_TRY(checkPtr(seconds, "seconds"));
+    *seconds = c->timeoutS();
     return Status::ok();
   });
 }

@@ -117,7 +117,7 @@ Status closeHandle(ncclComm_t comm, bool abort) {
   } else {
     c->abortDependents();  // a child still being set up holds this one
   }
-  const double waitS = abort ? kAbortWaitS : std::max(c->options().timeoutS, kAbortWaitS);
+  const double waitS = abort ? kAbortWaitS : std::max(c->timeoutS(), kAbortWaitS);
   if (!c->closeAndWait(waitS)) {
     // Deleting it now would crash the thread that still holds it: keep it.
     LOOM_WARN("%s is still in use by another thread %.0f s after %s; its memory is kept so that thread "
@@ -279,7 +279,7 @@ NCCL_API(ncclResult_t, ncclCommShrink, ncclComm_t comm, int* excludeRanksList, i
                      [parent = std::move(parent), ticket, excluded, drain](Communicator* child) mutable {
                        core::DeviceQueue* q = drain ? parent->deviceQueue() : nullptr;
                        if (q) {
-                         LOOM_TRY(q->drain(parent->options().timeoutS)
+                         LOOM_TRY(q->drain(parent->timeoutS())
                                       .addContext("ncclCommShrink waits for the parent's queued work"));
                        }
                        return Communicator::shrink(std::move(parent), ticket, std::move(excluded), child);
@@ -307,7 +307,7 @@ NCCL_API(ncclResult_t, ncclCommFinalize, ncclComm_t comm) {
     Status s = c->waitReady();
     if (s.code() == Code::kInProgress) return Status::ok();
     LOOM_TRY(s);
-    if (core::DeviceQueue* q = c->deviceQueue()) LOOM_TRY(q->drain(c->options().timeoutS));
+    if (core::DeviceQueue* q = c->deviceQueue()) LOOM_TRY(q->drain(c->timeoutS()));
     return c->stickyError();
   });
 }

@@ -125,7 +125,7 @@ Status decodeUniqueId(const uint8_t id[kUniqueIdBytes], net::SocketAddress* root
 }
 
 Communicator::Communicator(const CommOptions& options)
-    : options_(options), ownerPid_(::getpid()), flight_(std::make_shared<FlightRecorder>(options.flightEntries)) {
+    : options_(options), timeoutS_(options.timeoutS), ownerPid_(::getpid()), flight_(std::make_shared<FlightRecorder>(options.flightEntries)) {
   wakeFd_.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
   if (options.flightEntries > 0) registerFlightRecorder(flight_);
 }

@@ -149,6 +149,10 @@ class Communicator {
   // Cuda mode: the queue its operations run through (core/device_queue.h).
   DeviceQueue* deviceQueue() { return deviceQueue_.get(); }
   const CommOptions& options() const { return options_; }
+  // Seconds an operation may make no progress before it fails (LOOM_TIMEOUT_S
+  // at init; loomCommSetTimeout changes it); 0: no limit.
+  double timeoutS() const { return timeoutS_.load(std::memory_order_relaxed); }
+  void setTimeoutS(double seconds) { timeoutS_.store(seconds, std::memory_order_relaxed); }
   Bootstrap& bootstrap() { return *bootstrap_; }
   const Bootstrap& bootstrap() const { return *bootstrap_; }
   std::string describe() const;     // "comm 0x.. rank 1/4"
@@ -265,6 +269,7 @@ class Communicator {
   Status startDeviceMode(int device);
 
   CommOptions options_;
+  std::atomic<double> timeoutS_;
   Mode mode_ = Mode::kHost;
   int cudaDevice_ = -1;
   topology::Schedule schedule_;

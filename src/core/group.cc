@@ -229,7 +229,7 @@ class Engine {
     Communicator* comm = cr.comm;
     comm->pollNotices();
     LOOM_TRY(comm->asyncError());
-    const double timeout = comm->options().timeoutS;
+    const double timeout = comm->timeoutS();
     const double stalled = secondsSince(lastProgress_);
     // The stall inspector: one WARN per period of no progress, naming who
     // is late; nothing fails because of it.
