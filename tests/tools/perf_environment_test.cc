@@ -75,9 +75,56 @@ TEST_F(LaunchEnvTest, RejectsHalfPairsAndRanksOutOfRange) {
   EXPECT_NE(half.status().message().find("LOOM_WORLD_SIZE"), std::string::npos);
   setenv("LOOM_WORLD_SIZE", "2", 1);
   setenv("LOOM_RANK", "2", 1);
-  EXPECT_FALSE(readLaunchEnv().isOk());
+  Result<LaunchEnv> beyond = readLaunchEnv();
+  ASSERT_FALSE(beyond.isOk());
+  EXPECT_NE(
+      beyond.status().message().find("LOOM_RANK=2 is not below LOOM_WORLD_SIZE=2 (process ranks run from 0 to 1)"),
+      std::string::npos)
+      << beyond.status().message();
   setenv("LOOM_RANK", "x", 1);
   EXPECT_FALSE(readLaunchEnv().isOk());
+  setenv("LOOM_RANK", "0", 1);
+  setenv("LOOM_WORLD_SIZE", "0", 1);
+  Result<LaunchEnv> empty = readLaunchEnv();
+  ASSERT_FALSE(empty.isOk());
+  EXPECT_NE(empty.status().message().find("LOOM_WORLD_SIZE=0: the number of processes must be at least 1"),
+            std::string::npos)
+      << empty.status().message();
+}
+
+// Stale variables of one launcher under another (LOOM_RANK exported in the
+// shell that runs mpirun) make every process rank 0 of a world of its own;
+// the tool says which pair it used and which it ignored.
+TEST_F(LaunchEnvTest, NotesOtherLaunchersPairsThatDisagree) {
+  setenv("LOOM_RANK", "0", 1);
+  setenv("LOOM_WORLD_SIZE", "1", 1);
+  setenv("OMPI_COMM_WORLD_RANK", "1", 1);
+  setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
+  setenv("PMI_RANK", "0", 1);  // half a pair: not a launcher's, ignored quietly
+  setenv("RANK", "0", 1);      // agrees: nothing to say
+  setenv("WORLD_SIZE", "1", 1);
+  setenv("SLURM_PROCID", "3", 1);  // the allocation around the launcher: differs by design
+  setenv("SLURM_NTASKS", "8", 1);
+  Result<LaunchEnv> env = readLaunchEnv();
+  ASSERT_TRUE(env.isOk()) << env.status().message();
+  EXPECT_EQ(env->procRank, 0);
+  EXPECT_EQ(env->nProcs, 1);
+  ASSERT_EQ(env->ignoredPairs.size(), 1u);
+  EXPECT_EQ(env->ignoredPairs[0],
+            "OMPI_COMM_WORLD_RANK=1 OMPI_COMM_WORLD_SIZE=2 are ignored: LOOM_RANK/LOOM_WORLD_SIZE come first and say "
+            "rank 0 of 1 (unset stale launcher variables if that is wrong)");
+  setenv("WORLD_SIZE", "x", 1);  // not a number in an ignored pair: noted, not an error
+  env = readLaunchEnv();
+  ASSERT_TRUE(env.isOk());
+  EXPECT_EQ(env->ignoredPairs.size(), 2u);
+  unsetenv("LOOM_RANK");
+  unsetenv("LOOM_WORLD_SIZE");
+  unsetenv("WORLD_SIZE");
+  unsetenv("RANK");
+  env = readLaunchEnv();
+  ASSERT_TRUE(env.isOk());
+  EXPECT_EQ(env->rankSource, "OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE");
+  EXPECT_TRUE(env->ignoredPairs.empty());
 }
 
 TEST_F(LaunchEnvTest, DeviceModeRendezvousAndNcclTestsVariables) {

@@ -352,6 +352,7 @@ int perfMain(int argc, char** argv, const Collective& collective) {
     std::fprintf(stderr, "%s: %s\n", programName, env.status().message().c_str());
     return kExitInvalidUsage;
   }
+  for (const std::string& line : env->ignoredPairs) std::fprintf(stderr, "%s: note: %s\n", programName, line.c_str());
   if (env->nProcs > 1 && !env->hasCommId) {
     std::fprintf(stderr,
                  "%s: %d processes (from %s) need a rendezvous: set NCCL_COMM_ID=host:port on every process "

@@ -2,6 +2,8 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <iterator>
+#include <string_view>
 
 namespace loom::perf {
 namespace {
@@ -41,6 +43,7 @@ constexpr const char* kLocalRankNames[] = {"LOOM_LOCAL_RANK", "OMPI_COMM_WORLD_L
 
 Result<LaunchEnv> readLaunchEnv() {
   LaunchEnv env;
+  const RankPair* chosen = nullptr;
   for (const RankPair& pair : kRankPairs) {
     const char* rank = get(pair.rank);
     const char* size = get(pair.size);
@@ -51,11 +54,32 @@ Result<LaunchEnv> readLaunchEnv() {
     }
     LOOM_ASSIGN_OR_RETURN(env.procRank, parseNonNegative(pair.rank, rank));
     LOOM_ASSIGN_OR_RETURN(env.nProcs, parseNonNegative(pair.size, size));
-    if (env.nProcs < 1 || env.procRank >= env.nProcs) {
-      return invalidArgument(std::string(pair.rank) + "=" + rank + " is not below " + pair.size + "=" + size);
+    if (env.nProcs < 1) {
+      return invalidArgument(std::string(pair.size) + "=" + size + ": the number of processes must be at least 1");
+    }
+    if (env.procRank >= env.nProcs) {
+      return invalidArgument(std::string(pair.rank) + "=" + rank + " is not below " + pair.size + "=" + size +
+                             " (process ranks run from 0 to " + std::to_string(env.nProcs - 1) + ")");
     }
     env.rankSource = std::string(pair.rank) + "/" + pair.size;
+    chosen = &pair;
     break;
+  }
+  // The pairs after the one used, read only to point out a disagreement.
+  for (const RankPair* pair = chosen == nullptr ? std::end(kRankPairs) : chosen + 1; pair != std::end(kRankPairs);
+       ++pair) {
+    if (std::string_view(pair->size) == "SLURM_NTASKS") continue;
+    const char* rank = get(pair->rank);
+    const char* size = get(pair->size);
+    if (rank == nullptr || size == nullptr) continue;
+    Result<int> otherRank = parseNonNegative(pair->rank, rank);
+    Result<int> otherSize = parseNonNegative(pair->size, size);
+    if (otherRank.isOk() && otherSize.isOk() && otherRank.value() == env.procRank && otherSize.value() == env.nProcs) {
+      continue;
+    }
+    env.ignoredPairs.push_back(std::string(pair->rank) + "=" + rank + " " + pair->size + "=" + size + " are ignored: " +
+                               env.rankSource + " come first and say rank " + std::to_string(env.procRank) + " of " +
+                               std::to_string(env.nProcs) + " (unset stale launcher variables if that is wrong)");
   }
   env.localRank = env.procRank;
   for (const char* name : kLocalRankNames) {
