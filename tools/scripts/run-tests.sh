@@ -4,6 +4,11 @@
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 build="${BUILD_DIR:-$root/build}"
+# The PyTorch backend's environment (torch from PyPI in a venv), unless
+# LOOM_TORCH=OFF: without it the torch tests skip, saying why.
+if [ "${LOOM_TORCH:-AUTO}" != OFF ]; then
+  BUILD_DIR="$build" "$root/tools/scripts/setup-torch.sh"
+fi
 "$root/tools/scripts/build.sh" "$@"
 cd "$build"
 # These tiers test host buffers. On a GPU machine LOOM_DEVICE=auto would
