@@ -61,6 +61,10 @@ if want build; then
   elif [ -f /usr/include/gtest/gtest.h ]; then
     gtest=ON
   fi
+  # The PyTorch backend too, for this machine's torch (torch-mixed below).
+  if python3 -c 'import torch' >/dev/null 2>&1; then
+    extra+=(-DLOOM_TORCH_PYTHON="$(command -v python3)")
+  fi
   run configure 120 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLOOM_CUDA=ON \
     -DLOOM_CUDA_ARCHS=90 -DLOOM_BUILD_BENCH=OFF -DLOOM_BUILD_TESTS="$gtest" "${extra[@]}"
   run build 600 cmake --build "$build" -j "$(nproc)"
@@ -118,6 +122,14 @@ fi
 if want torch; then
   if python3 -c 'import torch; assert torch.cuda.is_available()' >/dev/null 2>&1; then
     run torch-ddp 180 env LD_PRELOAD="$build/lib/libnccl.so.2" python3 "$root/tools/gpu/ddp_check.py"
+    # backend="cpu:loom,cuda:nccl": CPU tensors on loom_torch beside torch's
+    # own NCCL for the CUDA ones, in one process (tests/torch).
+    if [ -d "$build/python/loom_torch" ]; then
+      run torch-mixed 120 python3 "$root/tests/torch/lifecycle_test.py" --package-dir "$build/python" \
+        --scenario mixed --ranks 1  # one GPU: NCCL allows one rank per device
+    else
+      echo "SKIP torch-mixed: loom_torch was not built (no torch at configure time)"
+    fi
   else
     echo "SKIP torch-ddp: no PyTorch with CUDA here"
   fi

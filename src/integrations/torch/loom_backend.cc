@@ -245,8 +245,11 @@ class LoomWork : public c10d::Work {
   uint64_t seq_;
 };
 
-// Runs jobs in order on one thread. Jobs queued after a failure of the
-// communicator fail at once with that error.
+// Runs the backend's jobs one at a time, in the order they were given: on
+// its thread, or, for a caller that would only wait for the result (a
+// synchronous call), on the caller's thread when nothing is queued or
+// running (no thread hand-off: the small-message latency). Jobs queued after
+// a failure of the communicator fail with that error.
 class Worker {
  public:
   using Job = std::function<void()>;
@@ -265,6 +268,26 @@ class Worker {
     cv_.notify_one();
   }
 
+  // Runs `job` on the calling thread if the worker is idle; false (nothing
+  // run) if it is not, and the job must be pushed.
+  bool runHere(const c10::intrusive_ptr<LoomWork>& work, const Job& job) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      TORCH_CHECK(!stopping_, "loom: the backend has been shut down");
+      if (busy_ || !queue_.empty()) return false;
+      busy_ = true;
+    }
+    execute(work, job);
+    bool wake;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      busy_ = false;
+      wake = stopping_ || !queue_.empty();  // else the thread sleeps on: no switch per call
+    }
+    if (wake) cv_.notify_one();
+    return true;
+  }
+
   // Finishes the queued jobs, then ends the thread.
   void stop() {
     {
@@ -281,29 +304,39 @@ class Worker {
     Job job;
   };
 
+  static void execute(const c10::intrusive_ptr<LoomWork>& work, const Job& job) {
+    std::exception_ptr error;
+    try {
+      job();
+    } catch (...) {
+      error = std::current_exception();
+    }
+    work->complete(error);
+  }
+
   void run() {
     for (;;) {
       Item item;
       {
         std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+        cv_.wait(lock, [&] { return !busy_ && (stopping_ || !queue_.empty()); });
         if (queue_.empty()) return;
         item = std::move(queue_.front());
         queue_.pop_front();
+        busy_ = true;
       }
-      std::exception_ptr error;
-      try {
-        item.job();
-      } catch (...) {
-        error = std::current_exception();
+      execute(item.work, item.job);
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        busy_ = false;
       }
-      item.work->complete(error);
     }
   }
 
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Item> queue_;
+  bool busy_ = false;  // a job runs (here or on a caller's thread)
   bool stopping_ = false;
   std::thread thread_;  // last: starts after the members it uses
 };
@@ -383,7 +416,7 @@ class LoomBackend : public c10d::Backend {
     TORCH_CHECK_VALUE(!opts.sparseIndices.has_value(), "loom: sparse allreduce is not supported");
     const at::Tensor t = single(tensors, "allreduce");
     const Reduction red = reduction(t.scalar_type(), opts.reduceOp);
-    return enqueue(OpType::ALLREDUCE, {t}, [this, t, red](ncclComm_t comm) { allreduceOne(comm, t, red); });
+    return enqueue(OpType::ALLREDUCE, opts.asyncOp, {t}, [this, t, red](ncclComm_t comm) { allreduceOne(comm, t, red); });
   }
 
   c10::intrusive_ptr<c10d::Work> allreduce_coalesced(std::vector<at::Tensor>& tensors,
@@ -394,7 +427,7 @@ class LoomBackend : public c10d::Backend {
       checkTensor(t, "allreduce_coalesced's tensor");
       reds.push_back(reduction(t.scalar_type(), opts.reduceOp));
     }
-    return enqueue(OpType::ALLREDUCE_COALESCED, tensors, [this, tensors, reds](ncclComm_t comm) {
+    return enqueue(OpType::ALLREDUCE_COALESCED, opts.asyncOp, tensors, [this, tensors, reds](ncclComm_t comm) {
       Grouped group(comm);
       std::vector<std::unique_ptr<Flat>> flats;
       std::vector<std::unique_ptr<RedOp>> ops;
@@ -416,7 +449,7 @@ class LoomBackend : public c10d::Backend {
     const at::Tensor t = single(tensors, "broadcast");
     const int root = checkRoot(opts.rootRank, "broadcast");
     TORCH_CHECK_VALUE(opts.rootTensor == 0, "loom: rootTensor must be 0 (one tensor per rank)");
-    return enqueue(OpType::BROADCAST, {t}, [t, root](ncclComm_t comm) {
+    return enqueue(OpType::BROADCAST, opts.asyncOp, {t}, [t, root](ncclComm_t comm) {
       const Wire w = copyWire(t.scalar_type());
       Flat f(t);
       check(ncclBroadcast(f.data(), f.data(), count(f.numel(), w), w.type, root, comm, nullptr), comm, "ncclBroadcast");
@@ -429,7 +462,7 @@ class LoomBackend : public c10d::Backend {
     const int root = checkRoot(opts.rootRank, "reduce");
     TORCH_CHECK_VALUE(opts.rootTensor == 0, "loom: rootTensor must be 0 (one tensor per rank)");
     const Reduction red = reduction(t.scalar_type(), opts.reduceOp);
-    return enqueue(OpType::REDUCE, {t}, [this, t, red, root](ncclComm_t comm) {
+    return enqueue(OpType::REDUCE, opts.asyncOp, {t}, [this, t, red, root](ncclComm_t comm) {
       Flat f(asWireTensor(t, red));
       RedOp op;
       makeOp(red, comm, t.scalar_type(), &op);
@@ -441,19 +474,19 @@ class LoomBackend : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
                                            std::vector<at::Tensor>& inputs,
-                                           const c10d::AllgatherOptions& /*opts*/) override {
+                                           const c10d::AllgatherOptions& opts) override {
     const at::Tensor in = single(inputs, "allgather");
     TORCH_CHECK_VALUE(outputs.size() == 1, "loom: allgather takes one output list, not ", outputs.size());
     const std::vector<at::Tensor> outs = outputs[0];
     checkList(outs, in, "allgather");
-    return enqueue(OpType::ALLGATHER, outs, [this, in, outs](ncclComm_t comm) { allgatherList(comm, in, outs); });
+    return enqueue(OpType::ALLGATHER, opts.asyncOp, outs, [this, in, outs](ncclComm_t comm) { allgatherList(comm, in, outs); });
   }
 
   c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
-                                                 const c10d::AllgatherOptions& /*opts*/) override {
+                                                 const c10d::AllgatherOptions& opts) override {
     checkFlatPair(output, input, "all_gather_into_tensor", /*outputIsBig=*/true);
     const at::Tensor out = output, in = input;
-    return enqueue(OpType::_ALLGATHER_BASE, {out}, [in, out](ncclComm_t comm) {
+    return enqueue(OpType::_ALLGATHER_BASE, opts.asyncOp, {out}, [in, out](ncclComm_t comm) {
       const Wire w = copyWire(in.scalar_type());
       const at::Tensor src = in.contiguous();
       Flat dst(out);
@@ -465,7 +498,7 @@ class LoomBackend : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Work> allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputLists,
                                                      std::vector<at::Tensor>& inputs,
-                                                     const c10d::AllgatherOptions& /*opts*/) override {
+                                                     const c10d::AllgatherOptions& opts) override {
     TORCH_CHECK_VALUE(outputLists.size() == inputs.size(), "loom: allgather_coalesced has ", inputs.size(),
                       " inputs but ", outputLists.size(), " output lists");
     std::vector<at::Tensor> all;
@@ -476,7 +509,7 @@ class LoomBackend : public c10d::Backend {
     }
     const std::vector<std::vector<at::Tensor>> lists = outputLists;
     const std::vector<at::Tensor> ins = inputs;
-    return enqueue(OpType::ALLGATHER_COALESCED, all, [this, lists, ins](ncclComm_t comm) {
+    return enqueue(OpType::ALLGATHER_COALESCED, opts.asyncOp, all, [this, lists, ins](ncclComm_t comm) {
       std::vector<at::Tensor> flats, srcs;
       {
         Grouped group(comm);
@@ -489,14 +522,14 @@ class LoomBackend : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs,
                                                                  std::vector<at::Tensor>& inputs,
-                                                                 const c10d::AllgatherOptions& /*opts*/) override {
+                                                                 const c10d::AllgatherOptions& opts) override {
     TORCH_CHECK_VALUE(outputs.size() == inputs.size(), "loom: allgather_into_tensor_coalesced has ", inputs.size(),
                       " inputs but ", outputs.size(), " outputs");
     for (size_t i = 0; i < inputs.size(); ++i) {
       checkFlatPair(outputs[i], inputs[i], "allgather_into_tensor_coalesced", /*outputIsBig=*/true);
     }
     const std::vector<at::Tensor> outs = outputs, ins = inputs;
-    return enqueue(OpType::COALESCED, outs, [outs, ins](ncclComm_t comm) {
+    return enqueue(OpType::COALESCED, opts.asyncOp, outs, [outs, ins](ncclComm_t comm) {
       std::vector<at::Tensor> srcs;
       std::vector<std::unique_ptr<Flat>> dsts;
       Grouped group(comm);
@@ -525,7 +558,7 @@ class LoomBackend : public c10d::Backend {
       TORCH_CHECK_VALUE(outputs.empty() || (outputs.size() == 1 && outputs[0].empty()),
                         "loom: gather's outputs are given on the root only");
     }
-    return enqueue(OpType::GATHER, outs, [this, in, outs, root](ncclComm_t comm) {
+    return enqueue(OpType::GATHER, opts.asyncOp, outs, [this, in, outs, root](ncclComm_t comm) {
       const Wire w = copyWire(in.scalar_type());
       const at::Tensor src = in.contiguous();
       at::Tensor flat;
@@ -551,7 +584,7 @@ class LoomBackend : public c10d::Backend {
       TORCH_CHECK_VALUE(inputs.empty() || (inputs.size() == 1 && inputs[0].empty()),
                         "loom: scatter's inputs are given on the root only");
     }
-    return enqueue(OpType::SCATTER, {out}, [this, out, ins, root](ncclComm_t comm) {
+    return enqueue(OpType::SCATTER, opts.asyncOp, {out}, [this, out, ins, root](ncclComm_t comm) {
       const Wire w = copyWire(out.scalar_type());
       at::Tensor flat;
       if (getRank() == root) flat = pack(ins);
@@ -571,7 +604,7 @@ class LoomBackend : public c10d::Backend {
     const std::vector<at::Tensor> ins = inputs[0];
     checkList(ins, out, "reduce_scatter");
     const Reduction red = reduction(out.scalar_type(), opts.reduceOp);
-    return enqueue(OpType::REDUCE_SCATTER, {out}, [this, out, ins, red](ncclComm_t comm) {
+    return enqueue(OpType::REDUCE_SCATTER, opts.asyncOp, {out}, [this, out, ins, red](ncclComm_t comm) {
       const at::Tensor flat = asWireTensor(pack(ins), red);
       Flat dst(asWireTensor(out, red));
       RedOp op;
@@ -588,7 +621,7 @@ class LoomBackend : public c10d::Backend {
     checkFlatPair(output, input, "reduce_scatter_tensor", /*outputIsBig=*/false);
     const Reduction red = reduction(output.scalar_type(), opts.reduceOp);
     const at::Tensor out = output, in = input;
-    return enqueue(OpType::_REDUCE_SCATTER_BASE, {out}, [this, out, in, red](ncclComm_t comm) {
+    return enqueue(OpType::_REDUCE_SCATTER_BASE, opts.asyncOp, {out}, [this, out, in, red](ncclComm_t comm) {
       reduceScatterOne(comm, out, in, red);
     });
   }
@@ -604,7 +637,7 @@ class LoomBackend : public c10d::Backend {
       reds.push_back(reduction(outputs[i].scalar_type(), opts.reduceOp));
     }
     const std::vector<at::Tensor> outs = outputs, ins = inputs;
-    return enqueue(OpType::COALESCED, outs, [this, outs, ins, reds](ncclComm_t comm) {
+    return enqueue(OpType::COALESCED, opts.asyncOp, outs, [this, outs, ins, reds](ncclComm_t comm) {
       std::vector<at::Tensor> srcs;
       std::vector<std::unique_ptr<Flat>> dsts;
       std::vector<std::unique_ptr<RedOp>> ops;
@@ -625,7 +658,7 @@ class LoomBackend : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
                                                std::vector<int64_t>& outputSplits, std::vector<int64_t>& inputSplits,
-                                               const c10d::AllToAllOptions& /*opts*/) override {
+                                               const c10d::AllToAllOptions& opts) override {
     checkTensor(output, "alltoall's output");
     checkTensor(input, "alltoall's input");
     TORCH_CHECK_TYPE(output.scalar_type() == input.scalar_type(), "loom: alltoall's output is ", output.scalar_type(),
@@ -633,7 +666,7 @@ class LoomBackend : public c10d::Backend {
     const std::vector<int64_t> inOffsets = splitOffsets(input, inputSplits, "input");
     const std::vector<int64_t> outOffsets = splitOffsets(output, outputSplits, "output");
     const at::Tensor out = output, in = input;
-    return enqueue(OpType::ALLTOALL_BASE, {out}, [this, out, in, inOffsets, outOffsets](ncclComm_t comm) {
+    return enqueue(OpType::ALLTOALL_BASE, opts.asyncOp, {out}, [this, out, in, inOffsets, outOffsets](ncclComm_t comm) {
       const Wire w = copyWire(in.scalar_type());
       Flat dst(out);
       at::Tensor src = in.contiguous();
@@ -668,7 +701,7 @@ class LoomBackend : public c10d::Backend {
   }
 
   c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
-                                          const c10d::AllToAllOptions& /*opts*/) override {
+                                          const c10d::AllToAllOptions& opts) override {
     const size_t n = size_t(getSize());
     TORCH_CHECK_VALUE(outputs.size() == n && inputs.size() == n, "loom: alltoall takes ", n,
                       " input and output tensors (one per rank), not ", inputs.size(), " and ", outputs.size());
@@ -680,7 +713,7 @@ class LoomBackend : public c10d::Backend {
                        "loom: alltoall's tensors must all be of one type");
     }
     const std::vector<at::Tensor> outs = outputs, ins = inputs;
-    return enqueue(OpType::ALLTOALL, outs, [outs, ins](ncclComm_t comm) {
+    return enqueue(OpType::ALLTOALL, opts.asyncOp, outs, [outs, ins](ncclComm_t comm) {
       const Wire w = copyWire(ins[0].scalar_type());
       std::vector<at::Tensor> srcs;
       std::vector<std::unique_ptr<Flat>> dsts;
@@ -699,7 +732,7 @@ class LoomBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dstRank, int /*tag*/) override {
     const at::Tensor t = single(tensors, "send");
     const int peer = checkRoot(dstRank, "send's destination");
-    return enqueue(OpType::SEND, {t}, [t, peer](ncclComm_t comm) {
+    return enqueue(OpType::SEND, true, {t}, [t, peer](ncclComm_t comm) {
       const Wire w = copyWire(t.scalar_type());
       const at::Tensor src = t.contiguous();
       check(ncclSend(src.data_ptr(), count(src.numel(), w), w.type, peer, comm, nullptr), comm, "ncclSend");
@@ -709,7 +742,7 @@ class LoomBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int srcRank, int /*tag*/) override {
     const at::Tensor t = single(tensors, "recv");
     const int peer = checkRoot(srcRank, "recv's source");
-    return enqueue(OpType::RECV, {t}, [t, peer](ncclComm_t comm) {
+    return enqueue(OpType::RECV, true, {t}, [t, peer](ncclComm_t comm) {
       const Wire w = copyWire(t.scalar_type());
       Flat f(t);
       check(ncclRecv(f.data(), count(f.numel(), w), w.type, peer, comm, nullptr), comm, "ncclRecv");
@@ -721,9 +754,9 @@ class LoomBackend : public c10d::Backend {
     TORCH_CHECK(false, "loom: recv from any source is not supported (NCCL has no such receive); name the source rank");
   }
 
-  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& /*opts*/) override {
+  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override {
     at::Tensor token = at::zeros({1}, at::TensorOptions().dtype(at::kByte));
-    return enqueue(OpType::BARRIER, {}, [token](ncclComm_t comm) {
+    return enqueue(OpType::BARRIER, opts.asyncOp, {}, [token](ncclComm_t comm) {
       check(ncclAllReduce(token.data_ptr(), token.data_ptr(), 1, ncclUint8, ncclSum, comm, nullptr), comm,
             "ncclAllReduce (barrier)");
     });
@@ -921,7 +954,7 @@ class LoomBackend : public c10d::Backend {
 
   ncclComm_t splitComm(int color, int key) {
     ncclComm_t child = nullptr;
-    auto work = enqueue(OpType::UNKNOWN, {}, [&child, color, key](ncclComm_t comm) {
+    auto work = enqueue(OpType::UNKNOWN, false, {}, [&child, color, key](ncclComm_t comm) {
       check(ncclCommSplit(comm, color, key, &child, nullptr), comm, "ncclCommSplit");
     });
     work->wait();
@@ -930,14 +963,17 @@ class LoomBackend : public c10d::Backend {
 
   // Queues `job` on the worker; it gets the communicator, or fails if the
   // backend was aborted or shut down.
-  c10::intrusive_ptr<c10d::Work> enqueue(OpType type, std::vector<at::Tensor> outputs,
+  // `async`: the caller may do other work before waiting (the collective's
+  // asyncOp); otherwise it may run right here.
+  c10::intrusive_ptr<c10d::Work> enqueue(OpType type, bool async, std::vector<at::Tensor> outputs,
                                          std::function<void(ncclComm_t)> job) {
     auto work = c10::make_intrusive<LoomWork>(getRank(), type, std::move(outputs), ++seq_);
-    worker_->push(work, [this, job = std::move(job)] {
+    Worker::Job run = [this, job = std::move(job)] {
       ncclComm_t comm = handle();
       if (comm == nullptr) fail("the communicator was aborted or shut down");
       job(comm);
-    });
+    };
+    if (async || !worker_->runHere(work, run)) worker_->push(work, std::move(run));
     return work;
   }
 

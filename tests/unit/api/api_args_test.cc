@@ -8,7 +8,11 @@
 // passed its checks would wait for rank 1, so LOOM_TIMEOUT_S is lowered to
 // turn such a bug into a failure instead of a hang.
 #include <gtest/gtest.h>
+#include <loom/loom.h>
 #include <nccl.h>
+
+#include <chrono>
+#include <cmath>
 
 #include <cstdint>
 #include <cstdlib>
@@ -279,6 +283,36 @@ TEST_F(ApiArgs, Groups) {
   EXPECT_TRUE(inGroup == ncclInvalidArgument || end == ncclInvalidArgument) << inGroup << " " << end;
   EXPECT_BAD(ncclGroupEnd(), ncclInvalidUsage, "ncclGroupEnd");  // the group is closed
   EXPECT_EQ(ncclAllReduce(a_.data(), b_.data(), 64, ncclFloat32, ncclSum, one_, nullptr), ncclSuccess);
+}
+
+// loomCommSetTimeout: checked arguments, the value read back, and an
+// operation that waits for a peer failing after the new timeout, not after
+// LOOM_TIMEOUT_S's 20 s.
+TEST_F(ApiArgs, LoomCommTimeout) {
+  double seconds = -1;
+  EXPECT_BAD(loomCommSetTimeout(nullptr, 1.0), ncclInvalidArgument, "loomCommSetTimeout", "comm");
+  EXPECT_BAD(loomCommSetTimeout(one_, -1.0), ncclInvalidArgument, "loomCommSetTimeout", "seconds");
+  EXPECT_BAD(loomCommSetTimeout(one_, std::nan("")), ncclInvalidArgument, "seconds");
+  EXPECT_BAD(loomCommGetTimeout(one_, nullptr), ncclInvalidArgument, "loomCommGetTimeout", "seconds");
+  ASSERT_EQ(loomCommGetTimeout(one_, &seconds), ncclSuccess);
+  EXPECT_EQ(seconds, 20.0);  // LOOM_TIMEOUT_S
+  ASSERT_EQ(loomCommSetTimeout(one_, 2.5), ncclSuccess);
+  ASSERT_EQ(loomCommGetTimeout(one_, &seconds), ncclSuccess);
+  EXPECT_EQ(seconds, 2.5);
+
+  // Rank 0 of the pair alone: its AllReduce waits for rank 1 (driven by no
+  // one), and gives up after a second.
+  ASSERT_EQ(loomCommSetTimeout(two_[0], 1.0), ncclSuccess);
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(ncclAllReduce(a_.data(), b_.data(), 64, ncclFloat32, ncclSum, two_[0], nullptr), ncclRemoteError);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(took, 10.0);
+  EXPECT_NE(std::string(ncclGetLastError(two_[0])).find("made no progress for 1 s"), std::string::npos)
+      << ncclGetLastError(two_[0]);
+  for (auto& c : two_) {  // failed: abort rather than destroy
+    EXPECT_EQ(ncclCommAbort(c), ncclSuccess);
+    c = nullptr;
+  }
 }
 
 }  // namespace
