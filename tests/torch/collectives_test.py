@@ -244,6 +244,46 @@ def rank_main():
             expect(f"isend/irecv {dt}", got, data(dt, 4097, right, seed=12))
     case("send/recv", ring)
 
+    # batch_isend_irecv: every rank sends to one neighbour and receives from
+    # the other, 4 MiB each way (more than a transport buffer holds: only a
+    # group lets both go at once).
+    def batched_p2p():
+        x = data(torch.float32, 1 << 20, rank, seed=16)
+        got = [torch.empty_like(x), torch.empty_like(x)]
+        right, left = (rank + 1) % n, (rank - 1) % n
+        ops = [dist.P2POp(dist.isend, x, right), dist.P2POp(dist.irecv, got[0], left),
+               dist.P2POp(dist.isend, x, left), dist.P2POp(dist.irecv, got[1], right)]
+        for w in dist.batch_isend_irecv(ops):
+            w.wait()
+        expect("batch_isend_irecv from the left", got[0], data(torch.float32, 1 << 20, left, seed=16))
+        expect("batch_isend_irecv from the right", got[1], data(torch.float32, 1 << 20, right, seed=16))
+    case("batch_isend_irecv", batched_p2p)
+
+    # The caller's thread-local state reaches the worker: an async
+    # all_gather into a list (copies on the worker) under inference mode.
+    def inference_mode():
+        with torch.inference_mode():
+            x = data(torch.float32, 10, rank, seed=17)
+            outs = [torch.empty_like(x) for _ in range(n)]
+            dist.all_gather(outs, x, async_op=True).wait()
+        expect("all_gather under inference_mode", torch.stack(outs),
+               torch.stack([data(torch.float32, 10, r, seed=17) for r in range(n)]))
+    case("inference_mode", inference_mode)
+
+    # A future callback that runs another collective of the group and waits
+    # for it (as PowerSGD's DDP hook does) must not hang the group.
+    def nested_callback():
+        t = torch.ones(8)
+
+        def then(fut):
+            inner = torch.full((4,), 2.0)
+            dist.all_reduce(inner, async_op=True).get_future().wait()
+            return inner
+        inner = dist.all_reduce(t, async_op=True).get_future().then(then).wait()
+        expect("all_reduce inside a future callback", inner, torch.full((4,), 2.0 * n))
+        expect("the outer all_reduce", t, torch.full((8,), float(n)))
+    case("nested callback", nested_callback)
+
     def coalesced():
         ts = [data(torch.float32, 10, rank, seed=13), data(torch.float32, 20, rank, seed=14)]
         a = [t.clone() for t in ts]

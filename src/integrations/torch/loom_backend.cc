@@ -18,6 +18,7 @@
 #include <torch/csrc/distributed/c10d/Types.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 #include <torch/extension.h>
+#include <ATen/ThreadLocalState.h>
 
 #include <algorithm>
 #include <atomic>
@@ -216,8 +217,8 @@ size_t count(int64_t numel, const Wire& w) { return size_t(numel * w.perElement)
 
 // ---- work -----------------------------------------------------------------
 
-// One operation: completed by the worker, with the tensors it wrote (what
-// DDP's reducer reads from the future) or the error.
+// One operation: completed with the tensors it wrote (what DDP's reducer
+// reads from the future) or the error.
 class LoomWork : public c10d::Work {
  public:
   LoomWork(int rank, OpType type, std::vector<at::Tensor> outputs, uint64_t seq)
@@ -226,13 +227,15 @@ class LoomWork : public c10d::Work {
         future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))),
         seq_(seq) {}
 
+  // The future first (its callbacks run here), then wait()'s waiters: after
+  // wait() the future has its value, as with gloo.
   void complete(const std::exception_ptr& error) {
-    finish(error);  // wakes wait() first: a future callback may take long
     if (error) {
       future_->setError(error);
     } else {
       future_->markCompleted(c10::IValue(outputs_));
     }
+    finish(error);
   }
 
   std::vector<at::Tensor> result() override { return outputs_; }
@@ -245,11 +248,89 @@ class LoomWork : public c10d::Work {
   uint64_t seq_;
 };
 
+// Joins `t` unless the caller is `t` (a future's callback that ends its
+// backend), which can only let it go.
+void joinOrDetach(std::thread& t) {
+  if (!t.joinable()) return;
+  if (t.get_id() == std::this_thread::get_id()) {
+    t.detach();
+  } else {
+    t.join();
+  }
+}
+
+// Completes works off the worker: their futures' callbacks (DDP's, or a
+// comm hook that waits for another collective of the same group, as
+// PowerSGD's does) must not hold the worker that has to run that
+// collective. A callback that blocks keeps its thread; the next completion
+// gets another one (a few at most).
+class Completions {
+ public:
+  Completions() = default;
+  Completions(const Completions&) = delete;
+  Completions& operator=(const Completions&) = delete;
+  ~Completions() { stop(); }
+
+  void push(c10::intrusive_ptr<LoomWork> work, std::exception_ptr error) {
+    std::unique_lock<std::mutex> lock(mu_);
+    queue_.push_back({std::move(work), std::move(error)});
+    if (idle_ == 0 && threads_.size() < kMaxThreads) {
+      threads_.emplace_back([this] { run(); });
+    } else {
+      lock.unlock();
+      cv_.notify_one();
+    }
+  }
+
+  // Completes what is queued, then ends the threads.
+  void stop() {
+    std::vector<std::thread> threads;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopping_ = true;
+      threads.swap(threads_);
+    }
+    cv_.notify_all();
+    for (auto& t : threads) joinOrDetach(t);
+  }
+
+ private:
+  static constexpr size_t kMaxThreads = 4;
+  struct Item {
+    c10::intrusive_ptr<LoomWork> work;
+    std::exception_ptr error;
+  };
+
+  void run() {
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+      ++idle_;
+      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      --idle_;
+      if (queue_.empty()) return;
+      Item item = std::move(queue_.front());
+      queue_.pop_front();
+      lock.unlock();
+      item.work->complete(item.error);
+      item = Item{};  // the work's last reference may go here, unlocked
+      lock.lock();
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Item> queue_;
+  std::vector<std::thread> threads_;
+  size_t idle_ = 0;
+  bool stopping_ = false;
+};
+
 // Runs the backend's jobs one at a time, in the order they were given: on
 // its thread, or, for a caller that would only wait for the result (a
 // synchronous call), on the caller's thread when nothing is queued or
-// running (no thread hand-off: the small-message latency). Jobs queued after
-// a failure of the communicator fail with that error.
+// running (no thread hand-off: the small-message latency). A job runs with
+// the thread-local state (grad mode, inference mode...) of the thread that
+// gave it, as gloo's do.
 class Worker {
  public:
   using Job = std::function<void()>;
@@ -263,13 +344,14 @@ class Worker {
     {
       std::lock_guard<std::mutex> lock(mu_);
       TORCH_CHECK(!stopping_, "loom: the backend has been shut down");
-      queue_.push_back({std::move(work), std::move(job)});
+      queue_.push_back({std::move(work), std::move(job), at::ThreadLocalState()});
     }
     cv_.notify_one();
   }
 
-  // Runs `job` on the calling thread if the worker is idle; false (nothing
-  // run) if it is not, and the job must be pushed.
+  // Runs `job` on the calling thread if the worker is idle, completing
+  // `work` here too; false (nothing run) if it is not, and the job must be
+  // pushed.
   bool runHere(const c10::intrusive_ptr<LoomWork>& work, const Job& job) {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -277,7 +359,7 @@ class Worker {
       if (busy_ || !queue_.empty()) return false;
       busy_ = true;
     }
-    execute(work, job);
+    const std::exception_ptr error = execute(job);
     bool wake;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -285,33 +367,35 @@ class Worker {
       wake = stopping_ || !queue_.empty();  // else the thread sleeps on: no switch per call
     }
     if (wake) cv_.notify_one();
+    work->complete(error);  // after the release: a callback may issue the next call
     return true;
   }
 
-  // Finishes the queued jobs, then ends the thread.
+  // Runs the queued jobs, completes their works, then ends the threads.
   void stop() {
     {
       std::lock_guard<std::mutex> lock(mu_);
       stopping_ = true;
     }
     cv_.notify_one();
-    if (thread_.joinable()) thread_.join();
+    joinOrDetach(thread_);
+    completions_.stop();
   }
 
  private:
   struct Item {
     c10::intrusive_ptr<LoomWork> work;
     Job job;
+    at::ThreadLocalState state;
   };
 
-  static void execute(const c10::intrusive_ptr<LoomWork>& work, const Job& job) {
-    std::exception_ptr error;
+  static std::exception_ptr execute(const Job& job) {
     try {
       job();
     } catch (...) {
-      error = std::current_exception();
+      return std::current_exception();
     }
-    work->complete(error);
+    return nullptr;
   }
 
   void run() {
@@ -325,11 +409,16 @@ class Worker {
         queue_.pop_front();
         busy_ = true;
       }
-      execute(item.work, item.job);
+      std::exception_ptr error;
+      {
+        at::ThreadLocalStateGuard guard(item.state);
+        error = execute(item.job);
+      }
       {
         std::lock_guard<std::mutex> lock(mu_);
         busy_ = false;
       }
+      completions_.push(std::move(item.work), error);
     }
   }
 
@@ -338,6 +427,7 @@ class Worker {
   std::deque<Item> queue_;
   bool busy_ = false;  // a job runs (here or on a caller's thread)
   bool stopping_ = false;
+  Completions completions_;
   std::thread thread_;  // last: starts after the members it uses
 };
 
@@ -428,9 +518,9 @@ class LoomBackend : public c10d::Backend {
       reds.push_back(reduction(t.scalar_type(), opts.reduceOp));
     }
     return enqueue(OpType::ALLREDUCE_COALESCED, opts.asyncOp, tensors, [this, tensors, reds](ncclComm_t comm) {
-      Grouped group(comm);
-      std::vector<std::unique_ptr<Flat>> flats;
+      std::vector<std::unique_ptr<Flat>> flats;  // before the group: alive until it ends
       std::vector<std::unique_ptr<RedOp>> ops;
+      Grouped group(comm);
       for (size_t i = 0; i < tensors.size(); ++i) {
         flats.push_back(std::make_unique<Flat>(asWireTensor(tensors[i], reds[i])));
         ops.push_back(std::make_unique<RedOp>());
@@ -732,6 +822,7 @@ class LoomBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dstRank, int /*tag*/) override {
     const at::Tensor t = single(tensors, "send");
     const int peer = checkRoot(dstRank, "send's destination");
+    if (coalescing_) return record(true, t, peer);
     return enqueue(OpType::SEND, true, {t}, [t, peer](ncclComm_t comm) {
       const Wire w = copyWire(t.scalar_type());
       const at::Tensor src = t.contiguous();
@@ -742,6 +833,7 @@ class LoomBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int srcRank, int /*tag*/) override {
     const at::Tensor t = single(tensors, "recv");
     const int peer = checkRoot(srcRank, "recv's source");
+    if (coalescing_) return record(false, t, peer);
     return enqueue(OpType::RECV, true, {t}, [t, peer](ncclComm_t comm) {
       const Wire w = copyWire(t.scalar_type());
       Flat f(t);
@@ -759,6 +851,58 @@ class LoomBackend : public c10d::Backend {
     return enqueue(OpType::BARRIER, opts.asyncOp, {}, [token](ncclComm_t comm) {
       check(ncclAllReduce(token.data_ptr(), token.data_ptr(), 1, ncclUint8, ncclSum, comm, nullptr), comm,
             "ncclAllReduce (barrier)");
+    });
+  }
+
+  // ---- coalescing (batch_isend_irecv) ----
+  // Sends and receives between startCoalescing and endCoalescing run as one
+  // loom group, so that pairs that wait for each other (every rank sending
+  // to one neighbour and receiving from the other) make progress whatever
+  // their size. A lone send larger than the transport's buffer waits for
+  // its receive, as in NCCL.
+
+  bool supportsCoalescing() const override { return true; }
+
+  void startCoalescing() override {
+    TORCH_CHECK(!coalescing_, "loom: startCoalescing while already coalescing");
+    coalescing_ = true;
+  }
+
+  c10::intrusive_ptr<c10d::Work> endCoalescing() override {
+    TORCH_CHECK(coalescing_, "loom: endCoalescing without startCoalescing");
+    coalescing_ = false;
+    std::vector<PeerOp> ops = std::exchange(pending_, {});
+    std::vector<c10::intrusive_ptr<LoomWork>> works = std::exchange(pendingWorks_, {});
+    std::vector<at::Tensor> received;
+    for (const PeerOp& op : ops) {
+      if (!op.send) received.push_back(op.tensor);
+    }
+    return enqueue(OpType::COALESCED, true, received, [ops, works](ncclComm_t comm) {
+      try {
+        std::vector<at::Tensor> sends;  // before the group: alive until it ends
+        std::deque<Flat> recvs;
+        {
+          Grouped group(comm);
+          for (const PeerOp& op : ops) {
+            const Wire w = copyWire(op.tensor.scalar_type());
+            if (op.send) {
+              sends.push_back(op.tensor.contiguous());
+              check(ncclSend(sends.back().data_ptr(), count(sends.back().numel(), w), w.type, op.peer, comm, nullptr),
+                    comm, "ncclSend");
+            } else {
+              recvs.emplace_back(op.tensor);
+              check(ncclRecv(recvs.back().data(), count(recvs.back().numel(), w), w.type, op.peer, comm, nullptr),
+                    comm, "ncclRecv");
+            }
+          }
+          group.end();
+        }
+        for (Flat& f : recvs) f.writeBack();
+      } catch (...) {
+        for (const auto& w : works) w->complete(std::current_exception());
+        throw;
+      }
+      for (const auto& w : works) w->complete(nullptr);
     });
   }
 
@@ -804,14 +948,19 @@ class LoomBackend : public c10d::Backend {
   void shutdown() override { close(false); }
 
  private:
-  // A group of loom calls, ended (or, after a failure, abandoned) in scope.
+  // A group of loom calls, ended in scope; after a failure the calls
+  // recorded so far are dropped, not run (the buffers they name must outlive
+  // the group: declare them before it).
   class Grouped {
    public:
     explicit Grouped(ncclComm_t comm) : comm_(comm) { check(ncclGroupStart(), comm, "ncclGroupStart"); }
     Grouped(const Grouped&) = delete;
     Grouped& operator=(const Grouped&) = delete;
     ~Grouped() {
-      if (open_) (void)ncclGroupEnd();
+      if (open_) {
+        ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER;
+        (void)ncclGroupSimulateEnd(&sim);
+      }
     }
     void end() {
       open_ = false;
@@ -963,10 +1112,22 @@ class LoomBackend : public c10d::Backend {
 
   // Queues `job` on the worker; it gets the communicator, or fails if the
   // backend was aborted or shut down.
+  // A send or receive between startCoalescing and endCoalescing: its work
+  // completes with the group's.
+  c10::intrusive_ptr<c10d::Work> record(bool isSend, const at::Tensor& t, int peer) {
+    pending_.push_back(PeerOp{isSend, t, peer});
+    auto work = c10::make_intrusive<LoomWork>(getRank(), isSend ? OpType::SEND : OpType::RECV,
+                                              std::vector<at::Tensor>{t}, ++seq_);
+    pendingWorks_.push_back(work);
+    return work;
+  }
+
   // `async`: the caller may do other work before waiting (the collective's
   // asyncOp); otherwise it may run right here.
   c10::intrusive_ptr<c10d::Work> enqueue(OpType type, bool async, std::vector<at::Tensor> outputs,
                                          std::function<void(ncclComm_t)> job) {
+    TORCH_CHECK(!coalescing_ || type == OpType::COALESCED,
+                "loom: only send and recv can be coalesced (batch_isend_irecv); end the coalescing first");
     auto work = c10::make_intrusive<LoomWork>(getRank(), type, std::move(outputs), ++seq_);
     Worker::Job run = [this, job = std::move(job)] {
       ncclComm_t comm = handle();
@@ -1000,8 +1161,17 @@ class LoomBackend : public c10d::Backend {
     }
   }
 
+  struct PeerOp {
+    bool send;
+    at::Tensor tensor;
+    int peer;
+  };
+
   std::mutex commMu_;
   ncclComm_t comm_;  // null once aborted or shut down
+  bool coalescing_ = false;  // the calling thread's, like torch's coalescing state
+  std::vector<PeerOp> pending_;
+  std::vector<c10::intrusive_ptr<LoomWork>> pendingWorks_;
   c10::intrusive_ptr<Backend::Options> options_;
   std::atomic<uint64_t> seq_{0};
   std::unique_ptr<Worker> worker_;  // last: its thread stops before the rest goes
@@ -1012,9 +1182,11 @@ c10::intrusive_ptr<c10d::Backend> createBackend(const c10::intrusive_ptr<c10d::S
                                                 std::chrono::milliseconds timeout,
                                                 const std::vector<int64_t>& globalRanks,
                                                 const c10::intrusive_ptr<c10d::Backend>& splitFrom) {
-  if (splitFrom) {
-    auto* parent = dynamic_cast<LoomBackend*>(splitFrom.get());
-    TORCH_CHECK(parent != nullptr, "loom: cannot split a ", splitFrom->getBackendName(), " group into a loom one");
+  // torch offers the bound device's backend to split; for a CUDA device
+  // that is another backend (backend="cpu:loom,cuda:nccl"): then the group
+  // meets through its store.
+  auto* parent = splitFrom ? dynamic_cast<LoomBackend*>(splitFrom.get()) : nullptr;
+  if (parent != nullptr) {
     TORCH_CHECK_VALUE(!globalRanks.empty(), "loom: a split needs the new group's ranks");
     const int64_t color = *std::min_element(globalRanks.begin(), globalRanks.end());
     return parent->splitChild(int(color), rank, size, timeout);
