@@ -96,24 +96,52 @@ Status Bootstrap::joinRoot(const net::SocketAddress& root, wire::RankInfo self, 
   h.payload = uint32_t(blob.size());
   LOOM_TRY(net::sendAll(fd.get(), &h, sizeof h, deadline, abort));
   LOOM_TRY(net::sendAll(fd.get(), blob.data(), blob.size(), deadline, abort));
+  traffic_.sent(sizeof h + blob.size());
   wire::Reply reply{};
   Status s = net::recvAll(fd.get(), &reply, sizeof reply, deadline, abort);
   if (!s.isOk()) {
     return s.addContext("waiting for the other ranks at the rendezvous " + root.toString());
   }
-  LOOM_TRY(checkRootReply(reply, id_.nranks).addContext("the rendezvous at " + root.toString()));
+  // A table of two: the ring neighbours (root.cc).
+  LOOM_TRY(checkRootReply(reply, 2).addContext("the rendezvous at " + root.toString()));
   if (reply.status != 0) {
     std::string text(reply.length, '\0');
     LOOM_TRY(net::recvAll(fd.get(), text.data(), text.size(), deadline, abort));
     Code code = text.find("timed out") != std::string::npos ? Code::kRemoteError : Code::kInvalidUsage;
     return Status(code, "init failed: " + text);
   }
-  std::vector<uint8_t> table(reply.length);
-  LOOM_TRY(net::recvAll(fd.get(), table.data(), table.size(), deadline, abort));
-  auto decoded = wire::decodeTable(table, id_.nranks);
+  std::vector<uint8_t> neighbours(reply.length);
+  LOOM_TRY(net::recvAll(fd.get(), neighbours.data(), neighbours.size(), deadline, abort));
+  traffic_.received(sizeof reply + neighbours.size());
+  auto decoded = wire::decodeTable(neighbours, 2);
   if (!decoded.isOk()) return decoded.takeStatus().addContext("the rendezvous at " + root.toString());
-  table_ = std::move(decoded.value());
-  return buildRing(deadline, abort);
+  // Until the gather below only this rank and its ring neighbours are known
+  // (an unknown rank's listen address does not decode: notifyAll skips it).
+  const int n = id_.nranks, next = (id_.rank + 1) % n, prev = (id_.rank + n - 1) % n;
+  table_.assign(size_t(n), wire::RankInfo{});
+  table_[size_t(prev)] = std::move(decoded.value()[1]);
+  table_[size_t(next)] = std::move(decoded.value()[0]);
+  table_[size_t(id_.rank)] = self;
+  LOOM_TRY(buildRing(deadline, abort));
+  if (n == 1) return Status::ok();
+  std::vector<std::vector<uint8_t>> blobs;
+  LOOM_TRY(allGatherV(blob, wire::kMaxRankInfoBytes, &blobs, deadline, abort)
+               .addContext("gathering the ranks' infos over the bootstrap ring"));
+  std::vector<wire::RankInfo> table(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) {
+    auto info = wire::decodeRankInfo(blobs[size_t(r)]);
+    if (!info.isOk()) return info.takeStatus().addContext("the info of rank " + std::to_string(r));
+    table[size_t(r)] = std::move(info.value());
+  }
+  // The ring neighbours passed on what the root told them: it must agree.
+  for (int r : {prev, next}) {
+    if (std::memcmp(table[size_t(r)].listenAddr, table_[size_t(r)].listenAddr, sizeof table_[0].listenAddr) != 0 ||
+        table[size_t(r)].pid != table_[size_t(r)].pid) {
+      return remoteError("the ring passed on an info of " + describe(r) + " that differs from the rendezvous'");
+    }
+  }
+  table_ = std::move(table);
+  return Status::ok();
 }
 
 Status Bootstrap::adoptTable(std::vector<wire::RankInfo> table, Deadline deadline,
@@ -175,6 +203,7 @@ Status Bootstrap::sendHello(int fd, int peer, wire::HelloKind kind, uint32_t cha
   h.payload = payloadBytes;
   LOOM_TRY(net::sendAll(fd, &h, sizeof h, deadline, abort));
   if (payloadBytes) LOOM_TRY(net::sendAll(fd, payload, payloadBytes, deadline, abort));
+  traffic_.sent(sizeof h + payloadBytes);
   return Status::ok();
 }
 
@@ -220,7 +249,8 @@ Status checkHello(const wire::Hello& h, const Bootstrap::Identity& self) {
 }
 
 void Bootstrap::notifyAll(const std::string& text) const {
-  // Only the immutable peer table is used: callable while another thread
+  // Only the peer table is used, which no longer changes once init is done
+  // (other threads call this only then): callable while another thread
   // services the listener. All connects start at once, so a dead rank
   // (refused) or a slow one delays nobody's notice: peers must hear the
   // cause before they see this rank's connections close (preferPeerReport).
@@ -278,6 +308,7 @@ void Bootstrap::service() {
   const bool news = !arrived.empty();
   for (HelloReader::Arrival& a : arrived) {
     const wire::Hello& h = a.hello;
+    traffic_.received(sizeof h + a.payload.size());
     if (h.kind == uint32_t(wire::HelloKind::kAbortNotice)) {
       notices_.push_back(Notice{int(h.fromRank), std::string(a.payload.begin(), a.payload.end())});
     } else {
@@ -369,6 +400,8 @@ Status Bootstrap::ringGather(uint8_t* base, const std::vector<size_t>& offsets, 
     const auto recvBlock = size_t((id_.rank - k - 1 + n) % n);
     LOOM_TRY(exchange(ringNext_.get(), base + offsets[sendBlock], sizes[sendBlock], ringPrev_.get(),
                       base + offsets[recvBlock], sizes[recvBlock], deadline, abort, check, nextName, prevName));
+    traffic_.sent(sizes[sendBlock]);
+    traffic_.received(sizes[recvBlock]);
   }
   return Status::ok();
 }

@@ -24,6 +24,7 @@
 #include "common/status.h"
 #include "common/time.h"
 #include "core/hello_reader.h"
+#include "core/traffic.h"
 #include "core/wire.h"
 #include "transport/net/socket.h"
 
@@ -48,7 +49,8 @@ class Bootstrap {
   static Result<std::unique_ptr<Bootstrap>> open(const Identity& id, const net::SocketAddress* reach);
 
   // Rendezvous through the root at `root`; `self` is completed with the
-  // listen address. Fills the peer table and builds the ring.
+  // listen address. The root answers with the ring neighbours' infos; the
+  // ring is built and the whole table gathered over it.
   Status joinRoot(const net::SocketAddress& root, wire::RankInfo self, Deadline deadline,
                   const std::atomic<bool>* abort);
   // For a split: the table comes from the parent; builds the ring.
@@ -114,6 +116,9 @@ class Bootstrap {
   int socketCount(int from, uint32_t channel) const;
   // Abort notices received so far (consumed).
   std::vector<Notice> takeNotices();
+  // What this rank's bootstrap sent and received so far: the rendezvous,
+  // the ring and its gathers, hellos and notices.
+  TrafficCounts traffic() const { return traffic_.counts(); }
 
  private:
   explicit Bootstrap(const Identity& id) : id_(id) { reader_.setWho("rank " + std::to_string(id.rank)); }
@@ -135,13 +140,15 @@ class Bootstrap {
   std::map<Key, net::UniqueFd> stash_;
   std::vector<Notice> notices_;
   std::map<std::pair<int, uint32_t>, int> dataSockets_;  // (from rank, channel) -> announced socket count
+  mutable Traffic traffic_;
   net::UniqueFd news_;  // eventfd, see pollFds()
   bool newsSignalled_ = false;
 };
 
-// Checks the rendezvous root's answer header for a communicator of
-// `nranks`: a table of nranks RankInfo blobs follows, or (status != 0) a failure
-// text of at most kMaxReplyTextBytes.
+// Checks an answer header of the rendezvous root (a table of two RankInfo
+// blobs, the ring neighbours', follows) or of a shrink's leader (a table of
+// `nranks`): a table of nranks blobs, or (status != 0) a failure text of at
+// most kMaxReplyTextBytes.
 Status checkRootReply(const wire::Reply& reply, int nranks);
 
 // Checks a Hello received on the listener of `self` (a rank of a

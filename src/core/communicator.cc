@@ -314,9 +314,13 @@ Status Communicator::connectPeersAtInit() {
   LOOM_TRY(connectAll(ring, Deadline::afterSeconds(options_.initTimeoutS)));
   setState(State::kReady);
   auto net = options_.link.selection.network();
-  LOOM_INFO(log::kInit, "%s ready (%d ranks, network %s, %d channel(s), %d sockets per connection)",
+  const TrafficCounts t = bootstrap_->traffic();
+  LOOM_INFO(log::kInit,
+            "%s ready (%d ranks, network %s, %d channel(s), %d sockets per connection); bootstrap sent %llu "
+            "messages (%llu bytes), received %llu (%llu bytes)",
             describe().c_str(), nranks_, net.isOk() ? net->c_str() : "?", options_.channels,
-            options_.link.socketsPerPeer);
+            options_.link.socketsPerPeer, (unsigned long long)t.sentMessages, (unsigned long long)t.sentBytes,
+            (unsigned long long)t.receivedMessages, (unsigned long long)t.receivedBytes);
   if (mode_ == Mode::kCuda) {
     // NCCL refuses ranks that share a GPU; loom runs them (nothing on the
     // device waits for a peer), and says so.

@@ -14,6 +14,7 @@
 #include "common/log.h"
 #include "common/time.h"
 #include "core/hello_reader.h"
+#include "core/traffic.h"
 
 namespace loom::core {
 
@@ -112,6 +113,7 @@ class Root {
     const wire::Hello& h = p.hello;
     wire::RankInfo info;
     std::vector<uint8_t>& blob = p.payload;
+    rootTraffic().received(sizeof h + blob.size());
     Status s = checkJoin(h, blob, &info, options_.secret, nranks_);
     if (s.isOk() && joined_.count(int(h.fromRank))) {
       s = invalidArgument("rank " + std::to_string(h.fromRank) + " joined twice (pids " +
@@ -130,32 +132,37 @@ class Root {
     joined_[int(h.fromRank)] = Joined{std::move(p.fd), std::move(info), std::move(blob)};
   }
 
+  // Each rank gets the infos of its two ring neighbours only (next, then
+  // previous): the ranks build their ring and gather the whole table over
+  // it, so what the root sends grows linearly with nranks, not as its square.
   void replyAll() {
-    std::vector<uint8_t> table;
-    for (auto& [rank, j] : joined_) wire::appendTableEntry(j.blob, &table);  // in rank order
-    if (table.size() > wire::kMaxTableBytes) {
-      failAll("the table of " + std::to_string(nranks_) + " ranks' infos is too large (" +
-              std::to_string(table.size()) + " bytes)");
-      return;
+    std::vector<Outgoing> out;
+    for (auto [rank, j] : answerOrder()) {
+      std::vector<uint8_t> table;
+      wire::appendTableEntry(joined_[(rank + 1) % nranks_].blob, &table);
+      wire::appendTableEntry(joined_[(rank + nranks_ - 1) % nranks_].blob, &table);
+      wire::Reply reply{wire::kReplyMagic, 0, uint32_t(table.size()), 0};
+      std::vector<uint8_t> bytes(sizeof reply + table.size());
+      std::memcpy(bytes.data(), &reply, sizeof reply);
+      std::memcpy(bytes.data() + sizeof reply, table.data(), table.size());
+      out.push_back(Outgoing{rank, j->fd.get(), std::move(bytes)});
     }
-    wire::Reply reply{wire::kReplyMagic, 0, uint32_t(table.size()), 0};
-    std::vector<uint8_t> bytes(sizeof reply + table.size());
-    std::memcpy(bytes.data(), &reply, sizeof reply);
-    std::memcpy(bytes.data() + sizeof reply, table.data(), table.size());
-    sendToAll(bytes, true);
+    sendAll(out, kAnswerTimeoutS, true);
   }
 
-  // Sends every joined rank its answer at once, without blocking on any of
-  // them: ranks of other processes first (see answerOrder).
-  // A stop (the owner is being destroyed) cuts a table's delivery short;
-  // failures are small and always sent in full.
-  void sendToAll(const std::vector<uint8_t>& bytes, bool stoppable) {
+  // Sends every joined rank the same answer at once, without blocking on
+  // any of them: ranks of other processes first (see answerOrder).
+  // Failures are small and always sent in full.
+  void sendToAll(const std::vector<uint8_t>& bytes) {
     std::vector<Outgoing> out;
     for (auto [rank, j] : answerOrder()) out.push_back(Outgoing{rank, j->fd.get(), bytes});
-    sendAll(out, stoppable ? kAnswerTimeoutS : kFailureTimeoutS, stoppable);
+    sendAll(out, kFailureTimeoutS, false);
   }
 
+  // A stop (the owner is being destroyed) cuts the delivery short where
+  // `stoppable`.
   void sendAll(std::vector<Outgoing>& out, double seconds, bool stoppable) {
+    for (const Outgoing& o : out) rootTraffic().sent(o.bytes.size());
     const Deadline deadline = Deadline::afterSeconds(seconds);
     for (;;) {
       std::vector<pollfd> fds;
@@ -209,7 +216,7 @@ class Root {
     std::vector<uint8_t> bytes(sizeof reply + message.size());
     std::memcpy(bytes.data(), &reply, sizeof reply);
     std::memcpy(bytes.data() + sizeof reply, message.data(), message.size());
-    sendToAll(bytes, false);
+    sendToAll(bytes);
   }
 
   // Who is answered first. This thread lives in one rank's process (rank 0
@@ -310,6 +317,11 @@ RootServer::~RootServer() {
 
 void RootServer::detach(std::unique_ptr<RootServer> root) {
   if (root && root->thread_.joinable()) root->thread_.detach();
+}
+
+Traffic& rootTraffic() {
+  static Traffic traffic;
+  return traffic;
 }
 
 }  // namespace loom::core

@@ -1,8 +1,9 @@
 // The rendezvous root: a thread that serves one communicator's init.
 //
 // Every rank connects, proves the secret and sends its RankInfo; when all
-// nranks have joined, the root sends everybody the table of all RankInfos
-// (to all ranks at once, so a slow one delays nobody) and exits. Connections
+// nranks have joined, the root sends each rank its two ring neighbours'
+// RankInfos (to all ranks at once, so a slow one delays nobody) and exits;
+// the ranks gather the whole table over their ring (Bootstrap::joinRoot). Connections
 // that send garbage, a wrong secret, a duplicate or out-of-range rank are
 // answered (where possible) and closed; silent ones are dropped at their
 // deadline; none of them delays the others. If not all ranks join within

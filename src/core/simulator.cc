@@ -2,8 +2,9 @@
 
 #include <algorithm>
 #include <cstring>
-#include <deque>
 #include <memory>
+#include <unordered_map>
+#include <vector>
 
 #include "core/executor.h"
 
@@ -13,9 +14,28 @@ namespace {
 using transport::Transfer;
 
 // Messages from one rank to another, in posting order.
+// A FIFO that costs nothing while empty (a simulation of a thousand ranks
+// has millions of them).
+class Queue {
+ public:
+  bool empty() const { return head_ == items_.size(); }
+  Transfer* front() const { return items_[head_]; }
+  void push_back(Transfer* t) { items_.push_back(t); }
+  void pop_front() {
+    if (++head_ == items_.size()) {
+      items_.clear();
+      head_ = 0;
+    }
+  }
+
+ private:
+  std::vector<Transfer*> items_;
+  size_t head_ = 0;
+};
+
 struct Wire {
-  std::deque<Transfer*> sends;
-  std::deque<Transfer*> recvs;
+  Queue sends;
+  Queue recvs;
 
   Status match(int from, int to) {
     while (!sends.empty() && !recvs.empty()) {
@@ -74,18 +94,28 @@ Status simulate(const std::vector<Plan>& plans, const std::vector<std::vector<st
   for (const Plan& p : plans)
     for (const Stream& st : p.streams) nch = std::max(nch, st.channel + 1);
   // wires[(channel * n + from) * n + to]; each rank's table as linkIndex().
-  std::vector<Wire> wires(size_t(nch) * size_t(n) * size_t(n));
+  // Wires and connections for the (channel, rank, peer) triples the plans
+  // use only: all n x n of them would not fit at a thousand ranks.
+  std::unordered_map<uint64_t, std::unique_ptr<Wire>> wires;
   auto wire = [&](int c, int from, int to) {
-    return &wires[(size_t(c) * size_t(n) + size_t(from)) * size_t(n) + size_t(to)];
+    auto& w = wires[(uint64_t(c) * uint64_t(n) + uint64_t(from)) * uint64_t(n) + uint64_t(to)];
+    if (!w) w = std::make_unique<Wire>();
+    return w.get();
   };
   std::vector<std::unique_ptr<SimConnection>> owned;
   std::vector<std::vector<transport::Connection*>> conns(static_cast<size_t>(n));
   for (int a = 0; a < n; ++a) {
     conns[size_t(a)].resize(size_t(nch) * size_t(n));
-    for (int c = 0; c < nch; ++c) {
-      for (int b = 0; b < n; ++b) {
-        owned.push_back(std::make_unique<SimConnection>(a, b, wire(c, a, b), wire(c, b, a)));
-        conns[size_t(a)][linkIndex(b, c, n)] = owned.back().get();
+    for (const Stream& st : plans[size_t(a)].streams) {
+      if (st.channel < 0) continue;
+      for (const Step& step : st.steps) {
+        for (int b : {step.recvPeer, step.sendPeer}) {
+          if (b < 0 || b >= n) continue;
+          transport::Connection*& slot = conns[size_t(a)][linkIndex(b, st.channel, n)];
+          if (slot) continue;
+          owned.push_back(std::make_unique<SimConnection>(a, b, wire(st.channel, a, b), wire(st.channel, b, a)));
+          slot = owned.back().get();
+        }
       }
     }
   }
