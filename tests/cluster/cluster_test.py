@@ -21,6 +21,10 @@ Tests (one per run; standard library only; needs root and iproute2):
             LOOM_TIMEOUT_S=20 every rank must fail with ncclRemoteError
             within 30 s; host 1's ranks must name a rank of another host,
             the other ranks a rank of host 1.
+  init      (a measurement, not in CI) all ranks start at once and init
+            one communicator; prints the init time of every rank (median,
+            max) and the bootstrap traffic of the busiest rank, e.g. 64
+            ranks on 4 hosts: --test init --hosts 4 --ranks-per-host 16.
 
   cluster_test.py --rank-bin build/bin/loom_mp_rank --test suite --hosts 3 --ranks-per-host 2
 
@@ -239,10 +243,36 @@ def test_linkdrop(args, cluster, logdir, checks):
           flush=True)
 
 
+def test_init(args, cluster, logdir, checks):
+    n = args.hosts * args.ranks_per_host
+    procs = start_ranks(cluster, args, "init", [], {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT",
+                                                    "LOOM_TIMEOUT_S": "60"}, logdir)
+    if not checks.expect(wait_all(procs, 180), "the ranks did not end within 180 s"):
+        return
+    times, traffic = [], []
+    for r, p in enumerate(procs):
+        out = read(p.log_path)
+        m = re.search(r"^INIT ok seconds=([0-9.]+)", out, re.M)
+        if not checks.expect(p.returncode == 0 and m is not None, "rank %d: exit %s\n%s"
+                             % (r, p.returncode, "\n".join(out.splitlines()[-10:]))):
+            continue
+        times.append(float(m.group(1)))
+        t = re.search(r"bootstrap sent (\d+) messages \((\d+) bytes\), received (\d+) \((\d+) bytes\)", out)
+        if t:
+            traffic.append(tuple(int(x) for x in t.groups()))
+    if times:
+        times.sort()
+        busiest = max(traffic, key=lambda t: t[0] + t[2]) if traffic else None
+        print("init: %d hosts x %d ranks = %d processes: init median %.3f s, max %.3f s; busiest rank's bootstrap: "
+              "%s" % (args.hosts, args.ranks_per_host, n, times[len(times) // 2], times[-1],
+                      "sent %d messages (%d B), received %d (%d B)" % busiest if busiest else "not logged"),
+              flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rank-bin", required=True, help="path of loom_mp_rank")
-    ap.add_argument("--test", choices=["suite", "linkdrop"], required=True)
+    ap.add_argument("--test", choices=["suite", "linkdrop", "init"], required=True)
     ap.add_argument("--hosts", type=int, default=2)
     ap.add_argument("--ranks-per-host", type=int, default=2)
     ap.add_argument("--keep-logs", action="store_true")
@@ -262,10 +292,7 @@ def main():
     checks = Checks()
     signal.signal(signal.SIGTERM, lambda *a: sys.exit(1))  # unwinds through Cluster.__exit__
     with Cluster(args.hosts) as cluster:
-        if args.test == "suite":
-            test_suite(args, cluster, logdir, checks)
-        else:
-            test_linkdrop(args, cluster, logdir, checks)
+        {"suite": test_suite, "linkdrop": test_linkdrop, "init": test_init}[args.test](args, cluster, logdir, checks)
     if checks.failures or args.keep_logs:
         print("logs in %s" % logdir)
     else:
