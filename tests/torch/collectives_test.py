@@ -284,6 +284,24 @@ def rank_main():
         expect("the outer all_reduce", t, torch.full((8,), float(n)))
     case("nested callback", nested_callback)
 
+    # The object collectives training scripts use (pickles in uint8 tensors
+    # of per-rank sizes).
+    def objects():
+        checks[0] += 1
+        got = [None] * n
+        dist.all_gather_object(got, {"rank": rank, "pad": "x" * (rank * 37)})
+        objs = [{"a": 1}, [1, 2, 3]] if rank == 0 else [None, None]
+        dist.broadcast_object_list(objs, src=0)
+        gathered = [None] * n if rank == 0 else None
+        dist.gather_object(rank * 10, gathered, dst=0)
+        mine = [None]
+        dist.scatter_object_list(mine, [f"part{i}" for i in range(n)] if rank == 0 else None, src=0)
+        want = [{"rank": r, "pad": "x" * (r * 37)} for r in range(n)]
+        if got != want or objs != [{"a": 1}, [1, 2, 3]] or mine != [f"part{rank}"] or \
+                (rank == 0 and gathered != [r * 10 for r in range(n)]):
+            failures.append(f"object collectives: {got} {objs} {gathered} {mine}")
+    case("object collectives", objects)
+
     def coalesced():
         ts = [data(torch.float32, 10, rank, seed=13), data(torch.float32, 20, rank, seed=14)]
         a = [t.clone() for t in ts]
