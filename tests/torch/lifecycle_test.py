@@ -10,6 +10,7 @@
            group bound to cpu:0: torch then splits, as for ProcessGroupNCCL)
   groups   new_group through the store (not bound), also with
            use_local_synchronization
+  init_methods  init_method tcp:// and file:// instead of env://
   fork     DataLoader workers (fork) while the group lives; the group works
            after them
   abort    aborting the group makes its queued and later work fail at once
@@ -134,6 +135,21 @@ def rank_main(scenario):
         assert t.tolist() == [float(n)] * 2
         dist.destroy_process_group()
         say("groups ok")
+        return 0
+
+    if scenario == "init_methods":
+        # init_method tcp:// and file:// instead of the environment.
+        addr, port = os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"]
+        path = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"loom-init-{port}")
+        for method in (f"tcp://{addr}:{port}", f"file://{path}"):
+            dist.init_process_group("loom", init_method=method, rank=rank, world_size=n)
+            t = torch.ones(3)
+            dist.all_reduce(t)
+            assert t.tolist() == [float(n)] * 3, (method, t)
+            dist.destroy_process_group()
+            say(f"{method.split(':')[0]}: ok")
+        if rank == 0 and os.path.exists(path):
+            os.unlink(path)
         return 0
 
     if scenario == "fork":
