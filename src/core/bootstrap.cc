@@ -77,6 +77,7 @@ Result<std::unique_ptr<Bootstrap>> Bootstrap::open(const Identity& id, const net
 std::string Bootstrap::describe(int r) const {
   if (r < 0 || size_t(r) >= table_.size()) return "rank " + std::to_string(r);
   const auto& p = table_[size_t(r)];
+  if (p.pid == 0) return "rank " + std::to_string(r);  // not known yet (joinRoot's gather)
   return "rank " + std::to_string(r) + " (host " + std::string(p.hostname) + ", pid " +
          std::to_string(p.pid) + ")";
 }
@@ -102,8 +103,12 @@ Status Bootstrap::joinRoot(const net::SocketAddress& root, wire::RankInfo self, 
   if (!s.isOk()) {
     return s.addContext("waiting for the other ranks at the rendezvous " + root.toString());
   }
-  // A table of two: the ring neighbours (root.cc).
+  // A table of two: the ring neighbours (root.cc), each a length and a blob.
   LOOM_TRY(checkRootReply(reply, 2).addContext("the rendezvous at " + root.toString()));
+  if (reply.status == 0 && reply.length > 2 * (8 + uint64_t(wire::kMaxRankInfoBytes))) {
+    return remoteError("the rendezvous at " + root.toString() + " sent " + std::to_string(reply.length) +
+                       " bytes for the two ring neighbours' infos");
+  }
   if (reply.status != 0) {
     std::string text(reply.length, '\0');
     LOOM_TRY(net::recvAll(fd.get(), text.data(), text.size(), deadline, abort));
@@ -116,7 +121,7 @@ Status Bootstrap::joinRoot(const net::SocketAddress& root, wire::RankInfo self, 
   auto decoded = wire::decodeTable(neighbours, 2);
   if (!decoded.isOk()) return decoded.takeStatus().addContext("the rendezvous at " + root.toString());
   // Until the gather below only this rank and its ring neighbours are known
-  // (an unknown rank's listen address does not decode: notifyAll skips it).
+  // (pid 0 marks the others: peerAddress refuses them, notifyAll skips them).
   const int n = id_.nranks, next = (id_.rank + 1) % n, prev = (id_.rank + n - 1) % n;
   table_.assign(size_t(n), wire::RankInfo{});
   table_[size_t(prev)] = std::move(decoded.value()[1]);
@@ -124,9 +129,22 @@ Status Bootstrap::joinRoot(const net::SocketAddress& root, wire::RankInfo self, 
   table_[size_t(id_.rank)] = self;
   LOOM_TRY(buildRing(deadline, abort));
   if (n == 1) return Status::ok();
+  // A rank that fails here tells its ring neighbours, which pass the notice
+  // on when they fail from it (the check), so every rank ends with the
+  // cause, not only with "its neighbour closed the ring".
   std::vector<std::vector<uint8_t>> blobs;
-  LOOM_TRY(allGatherV(blob, wire::kMaxRankInfoBytes, &blobs, deadline, abort)
-               .addContext("gathering the ranks' infos over the bootstrap ring"));
+  const Check heardOfFailure = [this]() -> Status {
+    service();
+    if (notices_.empty()) return Status::ok();
+    const Notice& notice = notices_.front();
+    return remoteError(describe(notice.fromRank) + " reports: " + notice.text);
+  };
+  s = allGatherV(blob, wire::kMaxRankInfoBytes, &blobs, deadline, abort, heardOfFailure);
+  if (!s.isOk()) {
+    s = s.addContext("gathering the ranks' infos over the bootstrap ring");
+    if (!(abort && abort->load())) notifyAll(s.message().substr(0, wire::kMaxNoticeBytes));
+    return s;
+  }
   std::vector<wire::RankInfo> table(static_cast<size_t>(n));
   for (int r = 0; r < n; ++r) {
     auto info = wire::decodeRankInfo(blobs[size_t(r)]);
@@ -151,8 +169,9 @@ Status Bootstrap::adoptTable(std::vector<wire::RankInfo> table, Deadline deadlin
 }
 
 // Every rank listens before any learns the table, so a neighbour that
-// refuses connections is gone. A rank that fails here tells the others, so
-// a rank waiting for a dead neighbour's connection ends too.
+// refuses connections is gone. A rank that fails here tells the ranks it
+// knows (its neighbours; after a split, all), so a rank waiting for a dead
+// neighbour's connection ends too.
 Status Bootstrap::buildRing(Deadline deadline, const std::atomic<bool>* abort) {
   constexpr double kRefusedLimitS = 3;
   const int n = id_.nranks;
@@ -181,6 +200,7 @@ Status Bootstrap::buildRing(Deadline deadline, const std::atomic<bool>* abort) {
 }
 
 Result<net::SocketAddress> Bootstrap::peerAddress(int peer) const {
+  if (table_[size_t(peer)].pid == 0) return internalError("the address of rank " + std::to_string(peer) + " is not known yet");
   auto addr = net::SocketAddress::decode(table_[size_t(peer)].listenAddr);
   if (!addr.isOk()) return addr.takeStatus().addContext("the listen address of " + describe(peer));
   return addr;

@@ -145,10 +145,10 @@ class Bootstrap {
   bool newsSignalled_ = false;
 };
 
-// Checks an answer header of the rendezvous root (a table of two RankInfo
-// blobs, the ring neighbours', follows) or of a shrink's leader (a table of
-// `nranks`): a table of nranks blobs, or (status != 0) a failure text of at
-// most kMaxReplyTextBytes.
+// Checks the header of an answer that carries a table of `nranks` RankInfo
+// blobs (status 0) or a failure text of at most kMaxReplyTextBytes: the
+// rendezvous root's (nranks 2: the ring neighbours) or a shrink leader's
+// (nranks: the members).
 Status checkRootReply(const wire::Reply& reply, int nranks);
 
 // Checks a Hello received on the listener of `self` (a rank of a

@@ -98,14 +98,14 @@ std::vector<uint8_t> encode(const RankInfo& info);
 // Any bytes: an error (kRemoteError) unless a whole blob of this version.
 Result<RankInfo> decodeRankInfo(std::span<const uint8_t> blob);
 
-// A table of nranks blobs, each preceded by its length (u32), as the
-// rendezvous root sends it.
+// A table of blobs, each preceded by its length (u32): the rendezvous root
+// sends each rank two (its ring neighbours'), a shrink's leader all members'.
 constexpr uint64_t kMaxTableBytes = uint64_t(1) << 30;
 void appendTableEntry(std::span<const uint8_t> blob, std::vector<uint8_t>* table);
 Result<std::vector<RankInfo>> decodeTable(std::span<const uint8_t> table, int nranks);
 
-// Root -> rank once everybody joined (status 0, then the table of nranks
-// RankInfo blobs), or a failure (status != 0, then `length` bytes of text).
+// Root -> rank once everybody joined (status 0, then a table of RankInfo
+// blobs), or a failure (status != 0, then `length` bytes of text).
 struct Reply {
   uint32_t magic;
   uint32_t status;
