@@ -55,7 +55,8 @@ def rank_main(args):
     def time_allreduce(group, nbytes):
         x = torch.ones(nbytes // 4)
         reps = iterations(nbytes)
-        dist.all_reduce(x, group=group)  # warm-up (connections, buffers)
+        for _ in range(max(3, reps // 10)):  # warm-up: connections, buffers, waiting back to spinning
+            dist.all_reduce(x, group=group)
         dist.barrier(group=groups["gloo"])
         start = time.perf_counter()
         for _ in range(reps):
