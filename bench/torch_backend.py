@@ -134,16 +134,6 @@ def run(args, nranks):
     raise SystemExit(f"{nranks} ranks: no results")
 
 
-def load_perf_plot():
-    """tools/perf/perf_plot.py, imported by path."""
-    import importlib.util
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools", "perf", "perf_plot.py")
-    spec = importlib.util.spec_from_file_location("perf_plot", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def human(nbytes):
     for unit, shift in (("MiB", 20), ("KiB", 10)):
         if nbytes >= 1 << shift:
@@ -171,6 +161,8 @@ def main():
     args.package_dir = os.path.abspath(args.package_dir)
     perf_plot = None
     if args.plot:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from compare_openmpi import load_perf_plot
         perf_plot = load_perf_plot()
         if "--python" not in sys.argv:  # ranks keep this Python if the plotter moves to another
             sys.argv += ["--python", args.python]

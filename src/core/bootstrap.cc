@@ -135,9 +135,7 @@ Status Bootstrap::joinRoot(const net::SocketAddress& root, wire::RankInfo self, 
   std::vector<std::vector<uint8_t>> blobs;
   const Check heardOfFailure = [this]() -> Status {
     service();
-    if (notices_.empty()) return Status::ok();
-    const Notice& notice = notices_.front();
-    return remoteError(describe(notice.fromRank) + " reports: " + notice.text);
+    return firstNotice();
   };
   s = allGatherV(blob, wire::kMaxRankInfoBytes, &blobs, deadline, abort, heardOfFailure);
   if (!s.isOk()) {
@@ -366,6 +364,12 @@ int Bootstrap::socketCount(int from, uint32_t channel) const {
 
 std::vector<Notice> Bootstrap::takeNotices() { return std::exchange(notices_, {}); }
 
+Status Bootstrap::firstNotice() const {
+  if (notices_.empty()) return Status::ok();
+  const Notice& n = notices_.front();
+  return remoteError(describe(n.fromRank) + " reports: " + n.text);
+}
+
 bool Bootstrap::refuses(int peer) const {
   auto addr = peerAddress(peer);
   if (!addr.isOk()) return false;
@@ -385,10 +389,7 @@ Result<net::UniqueFd> Bootstrap::waitFor(wire::HelloKind kind, int from, Deadlin
     service();
     if (auto fd = take(kind, from, 0, 0)) return std::move(*fd);
     if (abort && abort->load()) return abortedError("waiting for " + describe(from));
-    if (!notices_.empty()) {
-      const Notice n = notices_.front();
-      return remoteError(describe(n.fromRank) + " reports: " + n.text);
-    }
+    LOOM_TRY(firstNotice());
     if (deadline.expired()) return remoteError("timed out waiting for " + describe(from) + " to connect");
     // `from` opened its listener before anyone learned the table and must
     // connect here before it can finish: if it refuses connections now, it

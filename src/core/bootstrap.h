@@ -128,6 +128,8 @@ class Bootstrap {
                     Deadline deadline, const std::atomic<bool>* abort, const Check& check);
   Result<net::UniqueFd> waitFor(wire::HelloKind kind, int from, Deadline deadline,
                                 const std::atomic<bool>* abort);
+  // The first abort notice received during setup as an error (left queued), or ok.
+  Status firstNotice() const;
 
   using Key = std::tuple<uint32_t, int, uint32_t, uint32_t>;  // kind, from, channel, index
 

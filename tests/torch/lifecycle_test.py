@@ -54,35 +54,27 @@ def rank_main(scenario):
             return e
         raise AssertionError("it did not raise")
 
-    if scenario == "timeout":
-        dist.init_process_group("loom", timeout=datetime.timedelta(seconds=2))
-        group = dist.group.WORLD
-        backend = group._get_backend(torch.device("cpu"))
-        assert backend.comm_timeout() == datetime.timedelta(seconds=2), backend.comm_timeout()
+    if scenario in ("timeout", "settimeout"):
+        # timeout: the group's own, 2 s; settimeout: 600 s at init, then
+        # dist.set_timeout to 1 s. The last rank never joins the second
+        # all_reduce: the others fail after that many seconds. The rank
+        # waiting for the missing one names it; the others name the rank
+        # they wait for, which waits for it.
+        seconds = 2 if scenario == "timeout" else 1
+        dist.init_process_group("loom", timeout=datetime.timedelta(seconds=2 if scenario == "timeout" else 600))
+        if scenario == "settimeout":
+            dist.set_timeout(datetime.timedelta(seconds=seconds))
+        backend = dist.group.WORLD._get_backend(torch.device("cpu"))
+        assert backend.comm_timeout() == datetime.timedelta(seconds=seconds), backend.comm_timeout()
         t = torch.ones(10)
         dist.all_reduce(t)  # everyone: fine
         if rank == n - 1:
-            time.sleep(8)  # never joins the next one
+            time.sleep(seconds + 6)  # never joins the next one
             os._exit(0)
-        # The rank that waits for the missing one names it; the others name
-        # the rank they wait for, which waits for it.
-        e = expect_raise(lambda: dist.all_reduce(t), ["loom", "made no progress for 2 s (LOOM_TIMEOUT_S)"],
-                         within_s=7)
+        e = expect_raise(lambda: dist.all_reduce(t), ["loom", f"made no progress for {seconds} s (LOOM_TIMEOUT_S)"],
+                         within_s=seconds + 5)
         assert isinstance(e, dist.DistBackendError), type(e)
         os._exit(0)  # the group is failed; no clean destroy needed
-
-    if scenario == "settimeout":
-        dist.init_process_group("loom", timeout=datetime.timedelta(seconds=600))
-        dist.set_timeout(datetime.timedelta(seconds=1))
-        backend = dist.group.WORLD._get_backend(torch.device("cpu"))
-        assert backend.comm_timeout() == datetime.timedelta(seconds=1), backend.comm_timeout()
-        t = torch.ones(10)
-        dist.all_reduce(t)
-        if rank == n - 1:
-            time.sleep(7)
-            os._exit(0)
-        expect_raise(lambda: dist.all_reduce(t), ["loom", "made no progress for 1 s (LOOM_TIMEOUT_S)"], within_s=6)
-        os._exit(0)
 
     if scenario == "death":
         dist.init_process_group("loom", timeout=datetime.timedelta(seconds=120))

@@ -639,15 +639,7 @@ class LoomBackend : public c10d::Backend {
                                         const c10d::GatherOptions& opts) override {
     const at::Tensor in = single(inputs, "gather");
     const int root = checkRoot(opts.rootRank, "gather");
-    std::vector<at::Tensor> outs;
-    if (getRank() == root) {
-      TORCH_CHECK_VALUE(outputs.size() == 1, "loom: gather's root takes one output list, not ", outputs.size());
-      outs = outputs[0];
-      checkList(outs, in, "gather");
-    } else {
-      TORCH_CHECK_VALUE(outputs.empty() || (outputs.size() == 1 && outputs[0].empty()),
-                        "loom: gather's outputs are given on the root only");
-    }
+    const std::vector<at::Tensor> outs = rootList(outputs, in, root, "gather", "output");
     return enqueue(OpType::GATHER, opts.asyncOp, outs, [this, in, outs, root](ncclComm_t comm) {
       const Wire w = copyWire(in.scalar_type());
       const at::Tensor src = in.contiguous();
@@ -665,15 +657,7 @@ class LoomBackend : public c10d::Backend {
                                          const c10d::ScatterOptions& opts) override {
     const at::Tensor out = single(outputs, "scatter");
     const int root = checkRoot(opts.rootRank, "scatter");
-    std::vector<at::Tensor> ins;
-    if (getRank() == root) {
-      TORCH_CHECK_VALUE(inputs.size() == 1, "loom: scatter's root takes one input list, not ", inputs.size());
-      ins = inputs[0];
-      checkList(ins, out, "scatter");
-    } else {
-      TORCH_CHECK_VALUE(inputs.empty() || (inputs.size() == 1 && inputs[0].empty()),
-                        "loom: scatter's inputs are given on the root only");
-    }
+    const std::vector<at::Tensor> ins = rootList(inputs, out, root, "scatter", "input");
     return enqueue(OpType::SCATTER, opts.asyncOp, {out}, [this, out, ins, root](ncclComm_t comm) {
       const Wire w = copyWire(out.scalar_type());
       at::Tensor flat;
@@ -695,14 +679,7 @@ class LoomBackend : public c10d::Backend {
     checkList(ins, out, "reduce_scatter");
     const Reduction red = reduction(out.scalar_type(), opts.reduceOp);
     return enqueue(OpType::REDUCE_SCATTER, opts.asyncOp, {out}, [this, out, ins, red](ncclComm_t comm) {
-      const at::Tensor flat = asWireTensor(pack(ins), red);
-      Flat dst(asWireTensor(out, red));
-      RedOp op;
-      makeOp(red, comm, out.scalar_type(), &op);
-      check(ncclReduceScatter(flat.data_ptr(), dst.data(), count(dst.numel(), red.wire), red.wire.type, op.get(), comm,
-                              nullptr),
-            comm, "ncclReduceScatter");
-      dst.writeBack();
+      reduceScatterOne(comm, out, pack(ins), red);
     });
   }
 
@@ -1005,6 +982,20 @@ class LoomBackend : public c10d::Backend {
       TORCH_CHECK_VALUE(t.numel() == like.numel(), "loom: ", what, "'s list holds a tensor of ", t.numel(),
                         " elements but the tensor has ", like.numel());
     }
+  }
+
+  // Gather's outputs or scatter's inputs: one list of one tensor per rank,
+  // each like `like`, on the root; nothing elsewhere.
+  std::vector<at::Tensor> rootList(const std::vector<std::vector<at::Tensor>>& lists, const at::Tensor& like, int root,
+                                   const char* what, const char* side) {
+    if (getRank() != root) {
+      TORCH_CHECK_VALUE(lists.empty() || (lists.size() == 1 && lists[0].empty()), "loom: ", what, "'s ", side,
+                        "s are given on the root only");
+      return {};
+    }
+    TORCH_CHECK_VALUE(lists.size() == 1, "loom: ", what, "'s root takes one ", side, " list, not ", lists.size());
+    checkList(lists[0], like, what);
+    return lists[0];
   }
 
   // Output and input of the flat collectives: one is getSize() times the other.
