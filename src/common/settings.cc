@@ -54,6 +54,11 @@ constexpr Spec kTable[] = {
      "across them. Capped by NCCL_MAX_NCHANNELS; 1..32."},
     {"NCCL_MAX_NCHANNELS", T::kInt, "32", "COLL",
      "Channels a communicator uses at most (see NCCL_MIN_NCHANNELS)."},
+    {"NCCL_ALGO", T::kString, "", "TUNING",
+     "Algorithms collectives may use: a comma-separated list (ring, direct; NCCL's Ring too), ^ to "
+     "exclude the listed ones, and per-collective sections such as "
+     "'allreduce:direct;broadcast:ring'. Unset: the cost model picks per size. Names loom does not "
+     "have (Tree, NVLS, ...) are ignored with a warning. loom-info --algos prints the choices."},
 
     {"NCCL_TOPO_FILE", T::kString, "", "GRAPH",
      "A topology file in NCCL's XML format to use instead of detecting this machine's (for every "

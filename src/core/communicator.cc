@@ -68,6 +68,12 @@ CommOptions CommOptions::fromSettings() {
   o.initTimeoutS = double(std::max<int64_t>(cfg->getInt("LOOM_INIT_TIMEOUT_S"), 1));
   o.link.selection = transport::Selection::fromSettings();
   o.device = threadDevice().empty() ? cfg->getString("LOOM_DEVICE") : threadDevice();
+  std::vector<std::string> warnings;
+  o.algorithms = AlgoFilter::parse(cfg->getString("NCCL_ALGO"), &warnings);
+  static std::once_flag warned;  // settings are read once per process
+  std::call_once(warned, [&] {
+    for (const auto& w : warnings) LOOM_WARN("%s", w.c_str());
+  });
   return o;
 }
 
@@ -359,6 +365,11 @@ void Communicator::scheduleFromTable() {
   }
   rings_.clear();
   for (const auto& ring : schedule_.rings) rings_.push_back(ring.order);
+  tuning_.nranks = nranks_;
+  tuning_.links = layout.hosts.size() > 1 || options_.link.selection.shmDisabled ? LinkClass::kNetwork
+                                                                                  : LinkClass::kSharedMemory;
+  tuning_.device = mode_ == Mode::kCuda;
+  tuning_.filter = options_.algorithms;
   const wire::RankInfo& me = bootstrap_->peer(rank_);
   int firstLocal = rank_;
   for (int r = 0; r < nranks_; ++r) {

@@ -40,8 +40,10 @@
 #include "core/mode.h"
 #include "core/op.h"
 #include "core/peer_link.h"
+#include "core/plan_cache.h"
 #include "core/registration.h"
 #include "core/root.h"
+#include "core/tuning.h"
 #include "topology/schedule.h"
 #include "transport/transport.h"
 
@@ -65,6 +67,8 @@ struct CommOptions {
   // the init (its current device; ncclCommInitAll: the device list); -1:
   // the init thread's current device.
   int cudaDevice = -1;
+  // The algorithms collectives may use (NCCL_ALGO).
+  AlgoFilter algorithms;
   // Filled from the settings; the API layer then applies ncclConfig_t.
   static CommOptions fromSettings();
 };
@@ -214,6 +218,10 @@ class Communicator {
   // c % size), set at init.
   std::span<const std::vector<int>> rings() const { return rings_; }
   const topology::Schedule& schedule() const { return schedule_; }
+  // What the algorithm choice depends on (core/tuning.h), set at init.
+  const TuningContext& tuning() const { return tuning_; }
+  // Plans of earlier collectives (use under opMutex).
+  PlanCache& planCache() { return planCache_; }
   // What wakes a wait for connectStep(): the sockets of links being set up
   // (the listener is in pollFdsForNotices()).
   void pollFdsForLinks(std::vector<pollfd>* fds) const;
@@ -274,6 +282,8 @@ class Communicator {
   int cudaDevice_ = -1;
   topology::Schedule schedule_;
   std::vector<std::vector<int>> rings_;
+  TuningContext tuning_;
+  PlanCache planCache_;
   int rank_ = 0;
   int nranks_ = 1;
   std::unique_ptr<Bootstrap> bootstrap_;

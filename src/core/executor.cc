@@ -82,15 +82,26 @@ size_t PlanRunner::streamSlotBytes(const std::vector<Step>& steps, const kernels
                       : s.recvPeer >= 0
                           ? (s.reduce || !s.out.valid())
                           : (transforms(s, reduction, reducing) && s.sendPeer >= 0 && !s.out.valid());
-    if (slot) biggest = std::max(biggest, s.bytes);
+    if (slot || !s.fanIn.empty()) biggest = std::max(biggest, s.bytes);
   }
   return (biggest + 255) / 256 * 256;
+}
+
+int PlanRunner::streamSlots(const std::vector<Step>& steps, const kernels::Reduction& reduction, bool reducing) {
+  int need = kSlots, transformedSends = 0;
+  for (const Step& s : steps) {
+    need = std::max(need, int(s.fanIn.size()) + 2);
+    if (s.recvPeer < 0 && s.fanIn.empty() && s.sendPeer >= 0 && !s.out.valid() && transforms(s, reduction, reducing))
+      ++transformedSends;
+  }
+  return std::min(kMaxSlots, std::max(need, transformedSends));
 }
 
 size_t PlanRunner::stagingBytes(const Plan& plan, const kernels::Reduction& reduction, bool reducing,
                                 bool device) {
   size_t total = 0;
-  for (const auto& stream : plan.streams) total += streamSlotBytes(stream.steps, reduction, reducing, device) * kSlots;
+  for (const auto& stream : plan.streams)
+    total += streamSlotBytes(stream.steps, reduction, reducing, device) * size_t(streamSlots(stream.steps, reduction, reducing));
   return total;
 }
 
@@ -102,16 +113,21 @@ Result<std::unique_ptr<PlanRunner>> PlanRunner::create(const Plan* plan, std::ve
   // The connections the plan uses, each once; a missing one is a planner bug.
   for (const Stream& st : plan->streams) {
     for (const Step& s : st.steps) {
-      for (int peer : {s.recvPeer, s.sendPeer}) {
-        if (peer < 0) continue;
+      if (!s.fanIn.empty() && device) return internalError("a fan-in step on device buffers (host only)");
+      if (int(s.fanIn.size()) + 2 > kMaxSlots) return internalError("a fan-in step with too many sources");
+      Status missing;
+      s.forEachPeer([&](int peer) {
         const size_t link = linkIndex(peer, st.channel, plan->nranks);
         Connection* c = st.channel >= 0 && link < conns.size() ? conns[link] : nullptr;
         if (!c) {
-          return internalError("a plan step uses rank " + std::to_string(peer) + " on channel " +
-                               std::to_string(st.channel) + ", which has no connection");
+          if (missing.isOk())
+            missing = internalError("a plan step uses rank " + std::to_string(peer) + " on channel " +
+                                    std::to_string(st.channel) + ", which has no connection");
+          return;
         }
         if (std::find(r->used_.begin(), r->used_.end(), c) == r->used_.end()) r->used_.push_back(c);
-      }
+      });
+      LOOM_TRY(missing);
     }
   }
   r->registrations_ = registrations;
@@ -126,12 +142,12 @@ Result<std::unique_ptr<PlanRunner>> PlanRunner::create(const Plan* plan, std::ve
     for (size_t i = 0; i < r->streams_.size(); ++i) r->streams_[i].event = (*device->events)[i];
   }
   size_t total = 0;
-  for (const auto& st : r->streams_) total += st.slotBytes * kSlots;
+  for (const auto& st : r->streams_) total += st.slotBytes * size_t(st.nslots);
   if (total == 0) return r;
   LOOM_ASSIGN_OR_RETURN(std::byte * base, scratch->get(total));
   for (auto& st : r->streams_) {
     st.slots = st.slotBytes ? base : nullptr;
-    base += st.slotBytes * kSlots;
+    base += st.slotBytes * size_t(st.nslots);
   }
   return r;
 }
@@ -142,7 +158,10 @@ PlanRunner::PlanRunner(const Plan* plan, std::vector<std::byte*> buffers, kernel
       conns_(conns), device_(device), streams_(plan->streams.size()) {
   for (size_t i = 0; i < plan->streams.size(); ++i) {
     streams_[i].channel = plan->streams[i].channel;
-    streams_[i].slotBytes = streamSlotBytes(plan->streams[i].steps, reduction_, reducing_, device != nullptr);
+    StreamState& st = streams_[i];
+    st.slotBytes = streamSlotBytes(plan->streams[i].steps, reduction_, reducing_, device != nullptr);
+    st.nslots = streamSlots(plan->streams[i].steps, reduction_, reducing_);
+    st.freeSlots = st.nslots == 64 ? ~uint64_t(0) : (uint64_t(1) << st.nslots) - 1;
   }
 }
 
@@ -169,7 +188,12 @@ void PlanRunner::waitingOn(std::vector<int>* peers) const {
   for (size_t i = 0; i < streams_.size(); ++i) {
     const auto& st = streams_[i];
     const auto& steps = plan_->streams[i].steps;
-    if (st.next < steps.size() && st.phase == Phase::kReceiving) peers->push_back(steps[st.next].recvPeer);
+    if (st.next < steps.size() && st.phase == Phase::kReceiving) {
+      const Step& step = steps[st.next];
+      if (step.recvPeer >= 0) peers->push_back(step.recvPeer);
+      for (size_t k = 0; k < st.fanRecvs.size(); ++k)
+        if (!st.fanRecvs[k].done) peers->push_back(step.fanIn[k]);
+    }
     for (const auto& ps : st.sends) {
       if (!ps.xfer.done) peers->push_back(ps.peer);
     }
@@ -192,14 +216,14 @@ Status PlanRunner::advance(bool* progressed) {
 
 int PlanRunner::takeSlot(StreamState& st) {
   if (st.freeSlots == 0) return -1;
-  int slot = __builtin_ctz(st.freeSlots);
-  st.freeSlots &= ~(1u << slot);
+  int slot = __builtin_ctzll(st.freeSlots);
+  st.freeSlots &= ~(uint64_t(1) << slot);
   return slot;
 }
 
 void PlanRunner::retireSends(StreamState& st, bool* progressed) {
   while (!st.sends.empty() && st.sends.front().xfer.done) {
-    if (st.sends.front().slot >= 0) st.freeSlots |= 1u << st.sends.front().slot;
+    if (st.sends.front().slot >= 0) freeSlot(st, st.sends.front().slot);
     st.sends.pop_front();
     *progressed = true;
   }
@@ -229,12 +253,17 @@ Status PlanRunner::advanceStream(size_t index, StreamState& st, bool* progressed
       *progressed = true;
     }
     if (st.phase == Phase::kReceiving) {
-      if (!st.recv.done) break;
+      if (step.fanIn.empty() ? !st.recv.done
+                             : !std::all_of(st.fanRecvs.begin(), st.fanRecvs.end(),
+                                            [](const Transfer& t) { return t.done; }))
+        break;
       st.phase = Phase::kCompute;
       *progressed = true;
     }
     if (st.phase == Phase::kCompute) {
-      Status err = device_ ? computeOnDevice(step, st) : compute(step, st);
+      Status err = !step.fanIn.empty() ? computeFanIn(step, st)
+                   : device_             ? computeOnDevice(step, st)
+                                         : compute(step, st);
       if (err.code() == Code::kInProgress) break;  // blocked on a slot or a hazard
       LOOM_TRY(err);
       *progressed = true;
@@ -254,6 +283,7 @@ Status PlanRunner::advanceStream(size_t index, StreamState& st, bool* progressed
 }
 
 bool PlanRunner::startStep(const Step& step, StreamState& st, Status* error) {
+  if (!step.fanIn.empty()) return startFanIn(step, st, error);
   if (step.recvPeer < 0) {
     st.phase = Phase::kCompute;
     return true;
@@ -302,6 +332,73 @@ bool PlanRunner::startStep(const Step& step, StreamState& st, Status* error) {
   }
   st.phase = Phase::kReceiving;
   return true;
+}
+
+// Posts every receive of a fan-in step at once, each into a slot of its own
+// (they are folded together once all have arrived).
+bool PlanRunner::startFanIn(const Step& step, StreamState& st, Status* error) {
+  const size_t n = step.fanIn.size();
+  if (size_t(__builtin_popcountll(st.freeSlots)) < n) return false;
+  st.fanRecvs.assign(n, Transfer{});
+  st.fanSlots.resize(n);
+  for (size_t k = 0; k < n; ++k) {
+    st.fanSlots[k] = takeSlot(st);
+    Transfer& t = st.fanRecvs[k];
+    t.data = slot(st, st.fanSlots[k]);
+    t.bytes = step.bytes;
+    t.memory = transport::MemoryType::kHost;
+    Connection* c = conn(st, step.fanIn[k]);
+    *error = attachRegion(*c, t);
+    if (error->isOk()) *error = c->postRecv(&t);
+    if (error->isOk()) *error = c->progress();
+    if (!error->isOk()) {
+      failedPeer_ = step.fanIn[k];
+      return false;
+    }
+  }
+  st.phase = Phase::kReceiving;
+  return true;
+}
+
+// Folds a fan-in step's messages and local input in the step's order, in
+// one pass (one call: every rank folding the same list gets the same bits).
+Status PlanRunner::computeFanIn(const Step& step, StreamState& st) {
+  const Status kBlocked(Code::kInProgress, "");
+  const size_t count = step.bytes / std::max<size_t>(1, kernels::dataTypeSize(reduction_.type));
+  std::byte* dst = step.out.valid() ? ptr(step.out) : nullptr;
+  if (dst && writeBlocked(dst, step.bytes)) return kBlocked;
+  const bool pre = step.localAt >= 0 && reducing_ && reduction_.op == kernels::RedOp::kPreMulSum;
+  const int needed = (dst ? 0 : 1) + (pre ? 1 : 0);
+  if (__builtin_popcountll(st.freeSlots) < needed) return kBlocked;
+  int hold = -1, preSlot = -1;
+  if (!dst) {
+    hold = takeSlot(st);
+    dst = slot(st, hold);
+  }
+  const std::byte* local = step.localAt >= 0 ? ptr(step.local) : nullptr;
+  if (pre) {
+    preSlot = takeSlot(st);
+    kernels::reduce(reduction_, slot(st, preSlot), nullptr, 0, local, count, false);
+    local = slot(st, preSlot);
+  }
+  const void* sources[kMaxSlots];
+  int nsources = 0;
+  for (size_t k = 0; k <= st.fanSlots.size(); ++k) {
+    if (int(k) == step.localAt) sources[nsources++] = local;
+    if (k < st.fanSlots.size()) sources[nsources++] = slot(st, st.fanSlots[k]);
+  }
+  // The local input is one of the sources: pre() is already applied.
+  kernels::Reduction plain = reduction_;
+  if (plain.op == kernels::RedOp::kPreMulSum) plain.op = kernels::RedOp::kSum;
+  kernels::reduce(plain, dst, sources, nsources, nullptr, count, step.post);
+  for (int s : st.fanSlots) freeSlot(st, s);
+  if (preSlot >= 0) freeSlot(st, preSlot);
+  st.fanSlots.clear();
+  st.result = dst;
+  st.hold = hold;
+  st.freeAfter = -1;
+  st.phase = Phase::kFinish;
+  return Status::ok();
 }
 
 // Produces the step's result on the host (finish() posts it). Returns
@@ -393,7 +490,7 @@ Status PlanRunner::computeOnDevice(const Step& step, StreamState& st) {
   if (stageSend && !resultInSlot) ++slotsNeeded;
   const bool sunk = step.recvPeer >= 0 && step.reduce && st.recv.sunk;  // the kernels are queued already
   if (dst && !sunk && writeBlocked(dst, step.bytes)) return kBlocked;
-  if (__builtin_popcount(st.freeSlots) < slotsNeeded) return kBlocked;
+  if (__builtin_popcountll(st.freeSlots) < slotsNeeded) return kBlocked;
   if (sunk) LOOM_TRY(st.sink.error);
 
   bool launched = false;
@@ -463,12 +560,12 @@ Status PlanRunner::finish(const Step& step, StreamState& st) {
       return s;
     }
   }
-  if (st.freeAfter >= 0) st.freeSlots |= 1u << st.freeAfter;
+  if (st.freeAfter >= 0) freeSlot(st, st.freeAfter);
   st.freeAfter = -1;
   const int hold = st.hold;
   st.hold = -1;
   if (step.sendPeer < 0) {
-    if (hold >= 0) st.freeSlots |= 1u << hold;
+    if (hold >= 0) freeSlot(st, hold);
     return Status::ok();
   }
   const std::byte* result = st.result;

@@ -117,9 +117,13 @@ class PlanRunner {
   Status attachRegion(transport::Connection& c, transport::Transfer& t);
   PlanRunner(const Plan* plan, std::vector<std::byte*> buffers, kernels::Reduction reduction, bool reducing,
              std::span<transport::Connection* const> conns, const DeviceContext* device);
-  static constexpr int kSlots = 4;  // staging slots per stream
+  static constexpr int kSlots = 4;  // staging slots per stream, at least
+  static constexpr int kMaxSlots = 64;  // fan-in steps need one per source
   static size_t streamSlotBytes(const std::vector<Step>& steps, const kernels::Reduction& reduction,
                                 bool reducing, bool device);
+  // Slots a stream needs: kSlots, or one per fan-in source plus one for a
+  // transformed local, or one per transformed send the stream posts.
+  static int streamSlots(const std::vector<Step>& steps, const kernels::Reduction& reduction, bool reducing);
   // kCompute produces the step's result (host: at once; device: queues
   // kernels, then kDeviceWait until their event fired); kFinish posts it.
   enum class Phase { kStart, kReceiving, kCompute, kDeviceWait, kFinish };
@@ -154,9 +158,14 @@ class PlanRunner {
     transport::Transfer recv;
     ReduceSink sink;
     int recvSlot = -1;
-    std::byte* slots = nullptr;  // kSlots * slotBytes
+    std::byte* slots = nullptr;  // nslots * slotBytes
     size_t slotBytes = 0;
-    unsigned freeSlots = (1u << kSlots) - 1;
+    int nslots = kSlots;
+    uint64_t freeSlots = (uint64_t(1) << kSlots) - 1;
+    // A fan-in step's receives (sized once per step: posted transfers never
+    // move) and the slots they land in.
+    std::vector<transport::Transfer> fanRecvs;
+    std::vector<int> fanSlots;
     std::deque<PendingSend> sends;
     // The computed step, until kFinish posts it.
     const std::byte* result = nullptr;
@@ -167,13 +176,16 @@ class PlanRunner {
 
   Status advanceStream(size_t index, StreamState& st, bool* progressed);
   bool startStep(const Step& step, StreamState& st, Status* error);
+  bool startFanIn(const Step& step, StreamState& st, Status* error);
   Status compute(const Step& step, StreamState& st);
+  Status computeFanIn(const Step& step, StreamState& st);
   Status computeOnDevice(const Step& step, StreamState& st);
   Status finish(const Step& step, StreamState& st);
   int takeSlot(StreamState& st);
+  static void freeSlot(StreamState& st, int slot) { st.freeSlots |= uint64_t(1) << slot; }
   std::byte* slot(const StreamState& st, int index) const { return st.slots + size_t(index) * st.slotBytes; }
   bool inSlots(const StreamState& st, const std::byte* p) const {
-    return st.slots && p >= st.slots && p < st.slots + kSlots * st.slotBytes;
+    return st.slots && p >= st.slots && p < st.slots + size_t(st.nslots) * st.slotBytes;
   }
   // The memory type of a transfer at `p` (a staging slot, or a user buffer).
   transport::MemoryType memoryOf(const StreamState& st, const std::byte* p) const;

@@ -38,13 +38,12 @@ bool isPointToPoint(OpKind k) {
 
 struct Task {
   std::vector<OpDesc> ops;  // one collective, or the group's point-to-point calls
-  Plan plan;
+  std::shared_ptr<const CachedPlan> planned;  // the plan and the connections it uses
   std::vector<std::byte*> buffers;
   kernels::Reduction reduction{};
   const void* scalarPtr = nullptr;
   bool reducing = false;
   uint64_t seq = 0;  // the communicator's operation number
-  std::vector<int> links;  // the connections the plan uses (linkIndex)
   uint64_t flightId = 0;   // its entry in the communicator's flight recorder
   // "AllReduce #17 (1024 x float)": built when a message needs it, not for
   // every operation (formatting costs a noticeable share of a tiny one).
@@ -63,10 +62,8 @@ struct CommRun {
 std::vector<int> linksOf(const Plan& plan) {
   std::vector<int> links;
   for (const Stream& s : plan.streams)
-    for (const Step& st : s.steps) {
-      for (int peer : {st.recvPeer, st.sendPeer})
-        if (peer >= 0) links.push_back(int(linkIndex(peer, s.channel, plan.nranks)));
-    }
+    for (const Step& st : s.steps)
+      st.forEachPeer([&](int peer) { links.push_back(int(linkIndex(peer, s.channel, plan.nranks))); });
   std::sort(links.begin(), links.end());
   links.erase(std::unique(links.begin(), links.end()), links.end());
   return links;
@@ -84,6 +81,26 @@ std::string Task::name() const {
   return "group of " + std::to_string(ops.size()) + " point-to-point calls #" + std::to_string(seq);
 }
 
+// The cached plan of a collective, or a new one from the algorithm the
+// cost model (and NCCL_ALGO) picks.
+Result<std::shared_ptr<const CachedPlan>> collectivePlan(Communicator* comm, const OpDesc& op, PlanParams params) {
+  const PlanKey key{op.kind, op.count, op.type, op.root};
+  PlanCache& cache = comm->planCache();
+  if (auto hit = cache.find(key)) return hit;
+  const TuningContext& ctx = comm->tuning();
+  const size_t bytes = tuningBytes(op.kind, op.count, kernels::dataTypeSize(op.type), ctx.nranks);
+  auto made = std::make_shared<CachedPlan>();
+  made->choice = choose(op.kind, bytes, ctx);
+  params.algorithm = made->choice.algorithm;
+  LOOM_ASSIGN_OR_RETURN(made->plan, planCollective(op, params));
+  made->links = linksOf(made->plan);
+  LOOM_INFO(log::kTuning, "%s: %s of %zu bytes on %d ranks (%s): %s, estimated %.1f us", comm->describe().c_str(),
+            opKindName(op.kind), bytes, ctx.nranks, linkClassName(ctx.links), algorithmName(made->choice.algorithm),
+            made->choice.estimateUs);
+  cache.insert(key, made);
+  return std::shared_ptr<const CachedPlan>(std::move(made));
+}
+
 Status buildTasks(Communicator* comm, const std::vector<OpDesc>& ops, std::vector<Task>* tasks) {
   PlanParams params;
   params.rank = comm->rank();
@@ -99,7 +116,7 @@ Status buildTasks(Communicator* comm, const std::vector<OpDesc>& ops, std::vecto
     }
     Task t;
     t.ops = {op};
-    LOOM_ASSIGN_OR_RETURN(t.plan, planCollective(op, params));
+    LOOM_ASSIGN_OR_RETURN(t.planned, collectivePlan(comm, op, params));
     t.buffers = {static_cast<std::byte*>(const_cast<void*>(op.sendbuf)), static_cast<std::byte*>(op.recvbuf)};
     t.reduction = op.reduction;
     t.scalarPtr = op.scalarPtr;
@@ -110,13 +127,15 @@ Status buildTasks(Communicator* comm, const std::vector<OpDesc>& ops, std::vecto
         .seq = seq, .collSeq = comm->nextCollSeq(), .kind = opKindName(op.kind), .count = op.count, .type = kernels::dataTypeName(op.type),
         .op = t.reducing ? kernels::redOpName(op.reduction.op) : "",
         .root = op.kind == OpKind::kBroadcast || op.kind == OpKind::kReduce ? op.root : -1});
-    t.links = linksOf(t.plan);
     tasks->push_back(std::move(t));
   }
   if (!p2p.empty()) {
     Task t;
     t.ops = p2p;
-    LOOM_ASSIGN_OR_RETURN(t.plan, planPointToPoint(p2p, params));
+    auto made = std::make_shared<CachedPlan>();
+    LOOM_ASSIGN_OR_RETURN(made->plan, planPointToPoint(p2p, params));
+    made->links = linksOf(made->plan);
+    t.planned = std::move(made);
     for (const OpDesc& op : p2p) {
       t.buffers.push_back(static_cast<std::byte*>(const_cast<void*>(op.sendbuf)));
       t.buffers.push_back(static_cast<std::byte*>(op.recvbuf));
@@ -134,7 +153,6 @@ Status buildTasks(Communicator* comm, const std::vector<OpDesc>& ops, std::vecto
         .seq = seq, .collSeq = collective ? comm->nextCollSeq() : 0, .kind = p2p.size() == 1 ? opKindName(p2p[0].kind) : "PointToPointGroup", .count = elems,
         .type = kernels::dataTypeName(p2p[0].type), .op = "",
         .root = p2p.size() == 1 ? p2p[0].root : -1});
-    t.links = linksOf(t.plan);
     tasks->push_back(std::move(t));
   }
   return Status::ok();
@@ -183,16 +201,16 @@ class Engine {
     Task& task = cr.tasks[cr.current];
     if (!cr.runner) {
       bool ready = false;
-      LOOM_TRY(comm->connectStep(task.links, &ready));
+      LOOM_TRY(comm->connectStep(task.planned->links, &ready));
       if (!ready) return Status::ok();
       if (task.scalarPtr) {
         std::memcpy(&task.reduction.scalar, task.scalarPtr, kernels::dataTypeSize(task.reduction.type));
       }
-      LOOM_ASSIGN_OR_RETURN(cr.runner, PlanRunner::create(&task.plan, task.buffers, task.reduction, task.reducing,
+      LOOM_ASSIGN_OR_RETURN(cr.runner, PlanRunner::create(&task.planned->plan, task.buffers, task.reduction, task.reducing,
                                                           comm->connections(), &comm->scratch(),
                                                           &comm->registrations(), device_));
       LOOM_TRACE(log::kColl, "%s: %s: %s", comm->describe().c_str(), task.name().c_str(),
-                 dumpPlan(task.plan).c_str());
+                 dumpPlan(task.planned->plan).c_str());
       comm->flight().started(task.flightId);
       *progressed = true;
     }
@@ -211,7 +229,7 @@ class Engine {
     if (cr.runner && cr.runner->failedPeer() >= 0) peers.push_back(cr.runner->failedPeer());
     else if (cr.runner) cr.runner->waitingOn(&peers);
     else if (!cr.done()) {
-      for (int link : cr.tasks[cr.current].links) peers.push_back(link % cr.comm->nranks());
+      for (int link : cr.tasks[cr.current].planned->links) peers.push_back(link % cr.comm->nranks());
       std::sort(peers.begin(), peers.end());
       peers.erase(std::unique(peers.begin(), peers.end()), peers.end());
     }

@@ -15,8 +15,13 @@
 //   recvCopySend    : out = in (stored in a user buffer) -> sendPeer
 //   recv            : out = in
 //   copy            : out = local
-// where `in` is a message received from recvPeer. Which one a Step is
-// follows from its fields; stepName() prints it.
+//   fanIn           : out = post(fold of in_0, in_1, ... and pre(local))
+// where `in` is a message received from recvPeer. A fan-in step (the
+// one-shot algorithms) receives one message from each rank of `fanIn` at
+// once and folds them, with `local` at place `localAt`, strictly in the
+// listed order: ranks that list the same sources in the same order get the
+// same bits. Which one a Step is follows from its fields; stepName() prints
+// it.
 #pragma once
 
 #include <cstddef>
@@ -40,11 +45,23 @@ constexpr int kRecvBuf = 1;
 struct Step {
   int recvPeer = -1;  // receive `count` elements from this rank first
   int sendPeer = -1;  // send the step's result to this rank
-  BufRef local;       // this rank's own contribution
-  BufRef out;         // where the result is stored (none: a staging slot)
+  BufRef local{};     // this rank's own contribution
+  BufRef out{};       // where the result is stored (none: a staging slot)
   size_t bytes = 0;   // message and data size (a multiple of the element size)
   bool reduce = false;  // combine the received data with `local` (else copy)
   bool post = false;    // apply the reduction's post op (SumPostDiv)
+  // Fan-in: the ranks whose messages are folded (recvPeer is then -1), and
+  // the place of `local` among them (-1: none). Always reducing.
+  std::vector<int> fanIn{};
+  int localAt = -1;
+
+  // Calls f(peer) for every rank the step exchanges a message with.
+  template <class F>
+  void forEachPeer(F&& f) const {
+    if (recvPeer >= 0) f(recvPeer);
+    if (sendPeer >= 0) f(sendPeer);
+    for (int p : fanIn) f(p);
+  }
 };
 
 struct Stream {

@@ -32,6 +32,16 @@ Range slice(Range part, size_t maxElems, size_t nslices, size_t s) {
 namespace {
 
 Result<Plan> planOneChannel(const OpDesc& op, const PlanParams& params) {
+  if (params.algorithm == Algorithm::kDirect) {
+    switch (op.kind) {
+      case OpKind::kAllReduce: return allReduceDirect(op, params);
+      case OpKind::kAllGather: return allGatherDirect(op, params);
+      case OpKind::kReduceScatter: return reduceScatterDirect(op, params);
+      case OpKind::kBroadcast: return broadcastDirect(op, params);
+      case OpKind::kReduce: return reduceDirect(op, params);
+      default: break;
+    }
+  }
   switch (op.kind) {
     case OpKind::kAllReduce: return allReduceRing(op, params);
     case OpKind::kAllGather: return allGatherRing(op, params);
@@ -89,6 +99,7 @@ Result<Plan> planCollective(const OpDesc& op, const PlanParams& params) {
 
 std::string stepName(const Step& s) {
   bool recv = s.recvPeer >= 0, send = s.sendPeer >= 0;
+  if (!s.fanIn.empty()) return send ? "fanInSend" : "fanIn";
   if (!recv) return send ? "send" : "copy";
   if (s.reduce) return send ? (s.out.valid() ? "recvReduceCopySend" : "recvReduceSend")
                             : "recvReduceCopy";
@@ -108,6 +119,14 @@ std::string dumpPlan(const Plan& plan) {
                     plan.streams[c].channel, stepName(s).c_str(), s.recvPeer, s.sendPeer, s.local.buf,
                     s.local.offset, s.out.buf, s.out.offset, s.bytes, s.post ? " post" : "");
       out += line;
+      if (!s.fanIn.empty()) {
+        out += "      fold:";
+        for (size_t i = 0; i <= s.fanIn.size(); ++i) {
+          if (int(i) == s.localAt) out += " local";
+          if (i < s.fanIn.size()) out += " " + std::to_string(s.fanIn[i]);
+        }
+        out += "\n";
+      }
     }
   }
   return out;

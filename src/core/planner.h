@@ -9,6 +9,7 @@
 #include "common/status.h"
 #include "core/op.h"
 #include "core/plan.h"
+#include "core/tuning.h"
 
 namespace loom::core {
 
@@ -21,8 +22,9 @@ struct PlanParams {
   // Ring orders from the topology's schedule (each a permutation of the
   // ranks); channel c follows rings[c % size]. Empty: rank order. Chains
   // (Broadcast, Reduce) run along the ring from the root.
-  std::span<const std::vector<int>> rings;
+  std::span<const std::vector<int>> rings{};
   int ringIndex = 0;  // which ring a one-channel plan follows
+  Algorithm algorithm = Algorithm::kRing;  // chosen by core/tuning.h
 };
 
 // A collective (AllReduce, AllGather, ReduceScatter, Broadcast, Reduce).
@@ -38,6 +40,11 @@ Plan allGatherRing(const OpDesc& op, const PlanParams& p);
 Plan reduceScatterRing(const OpDesc& op, const PlanParams& p);
 Plan broadcastChain(const OpDesc& op, const PlanParams& p);
 Plan reduceChain(const OpDesc& op, const PlanParams& p);
+Plan allReduceDirect(const OpDesc& op, const PlanParams& p);
+Plan allGatherDirect(const OpDesc& op, const PlanParams& p);
+Plan reduceScatterDirect(const OpDesc& op, const PlanParams& p);
+Plan broadcastDirect(const OpDesc& op, const PlanParams& p);
+Plan reduceDirect(const OpDesc& op, const PlanParams& p);
 
 // Shared arithmetic for generators.
 struct Range {

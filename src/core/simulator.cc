@@ -109,13 +109,13 @@ Status simulate(const std::vector<Plan>& plans, const std::vector<std::vector<st
     for (const Stream& st : plans[size_t(a)].streams) {
       if (st.channel < 0) continue;
       for (const Step& step : st.steps) {
-        for (int b : {step.recvPeer, step.sendPeer}) {
-          if (b < 0 || b >= n) continue;
+        step.forEachPeer([&](int b) {
+          if (b >= n) return;
           transport::Connection*& slot = conns[size_t(a)][linkIndex(b, st.channel, n)];
-          if (slot) continue;
+          if (slot) return;
           owned.push_back(std::make_unique<SimConnection>(a, b, wire(st.channel, a, b), wire(st.channel, b, a)));
           slot = owned.back().get();
-        }
+        });
       }
     }
   }

@@ -27,11 +27,13 @@ struct Case {
   size_t count;
   RedOp op;
   bool inPlace;
+  Algorithm algorithm = Algorithm::kRing;
 };
 
 std::string caseName(const Case& c) {
   return std::string(opKindName(c.kind)) + " n=" + std::to_string(c.nranks) + " count=" +
-         std::to_string(c.count) + " op=" + kernels::redOpName(c.op) + (c.inPlace ? " in-place" : "");
+         std::to_string(c.count) + " op=" + kernels::redOpName(c.op) + (c.inPlace ? " in-place" : "") + " " +
+         algorithmName(c.algorithm);
 }
 
 int64_t apply(RedOp op, int64_t a, int64_t b) {
@@ -96,6 +98,7 @@ void runCase(const Case& c, size_t sliceBytes, int channels = 1,
     p.channels = channels;
     p.rings = rings;
     p.channelMinBytes = 512;  // small vectors spread over channels too
+    p.algorithm = c.algorithm;
     bool p2p = c.kind == OpKind::kAllToAll || c.kind == OpKind::kGather || c.kind == OpKind::kScatter;
     auto plan = p2p ? planPointToPoint(std::span<const OpDesc>(&op, 1), p) : planCollective(op, p);
     ASSERT_TRUE(plan.isOk()) << plan.status().message();
@@ -163,6 +166,61 @@ TEST(PlanSimulator, EveryCollectiveEveryRankCount) {
           runCase(Case{kind, n, count, RedOp::kSum, inPlace}, 256);
           if (HasFatalFailure()) return;
         }
+}
+
+// The one-shot algorithms, the same way, for 1..33 ranks.
+TEST(PlanSimulator, DirectEveryCollectiveEveryRankCount) {
+  const OpKind kinds[] = {OpKind::kAllReduce, OpKind::kAllGather, OpKind::kReduceScatter, OpKind::kBroadcast,
+                          OpKind::kReduce};
+  for (OpKind kind : kinds)
+    for (int n = 1; n <= 33; ++n)
+      for (size_t count : {size_t(0), size_t(1), size_t(7), size_t(1000)})
+        for (bool inPlace : {false, true}) {
+          runCase(Case{kind, n, count, RedOp::kSum, inPlace, Algorithm::kDirect}, 256, n % 3 == 0 ? 2 : 1);
+          if (HasFatalFailure()) return;
+        }
+  for (OpKind kind : {OpKind::kAllReduce, OpKind::kReduceScatter, OpKind::kReduce})
+    for (RedOp op : {RedOp::kProd, RedOp::kMax, RedOp::kMin})
+      for (int n : {2, 3, 8}) {
+        runCase(Case{kind, n, 33, op, n == 3, Algorithm::kDirect}, 128);
+        if (HasFatalFailure()) return;
+      }
+}
+
+// A one-shot fold is the left fold in rank order on every rank: the same
+// bits everywhere, equal to the sequential sum, for floats whose sums
+// depend on the order.
+TEST(PlanSimulator, DirectFoldsInRankOrder) {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> value(-1e4f, 1e4f);
+  for (int n : {2, 3, 5, 9}) {
+    const size_t count = 257;
+    std::vector<std::vector<float>> send(static_cast<size_t>(n), std::vector<float>(count));
+    std::vector<std::vector<float>> recv = send;
+    for (auto& v : send)
+      for (float& x : v) x = value(rng) * (rng() % 2 ? 1e-3f : 1.0f);
+    OpDesc op;
+    op.kind = OpKind::kAllReduce;
+    op.count = count;
+    op.type = DataType::kFloat32;
+    op.reduction = kernels::Reduction{DataType::kFloat32, RedOp::kSum, 0, 1};
+    std::vector<Plan> plans;
+    std::vector<std::vector<std::byte*>> buffers;
+    for (int r = 0; r < n; ++r) {
+      PlanParams p{r, n, 1024};
+      p.algorithm = Algorithm::kDirect;
+      plans.push_back(planCollective(op, p).value());
+      buffers.push_back({reinterpret_cast<std::byte*>(send[size_t(r)].data()),
+                         reinterpret_cast<std::byte*>(recv[size_t(r)].data())});
+    }
+    ASSERT_TRUE(simulate(plans, buffers, op.reduction, true).isOk());
+    for (size_t i = 0; i < count; ++i) {
+      float want = send[0][i];
+      for (int q = 1; q < n; ++q) want += send[size_t(q)][i];
+      for (int r = 0; r < n; ++r)
+        ASSERT_EQ(std::memcmp(&recv[size_t(r)][i], &want, sizeof want), 0) << "n=" << n << " rank " << r << " element " << i;
+    }
+  }
 }
 
 TEST(PlanSimulator, EveryOpOnReducingCollectives) {

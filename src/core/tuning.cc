@@ -1,0 +1,192 @@
+#include "core/tuning.h"
+
+#include <algorithm>
+#include <cctype>
+#include <limits>
+
+namespace loom::core {
+namespace {
+
+constexpr const char* kCollectiveNames[kCollectiveCount] = {"allreduce", "allgather", "reducescatter", "broadcast",
+                                                          "reduce"};
+
+// The cost table: alpha (microseconds per sequential hop), per-message
+// overhead, beta (microseconds per byte a rank sends). Measured with the
+// perf tools on 2-core hosts (shared memory) and over veth between network
+// namespaces (network); see bench/compare_algorithms.py.
+struct LinkCost {
+  double hopUs;
+  double messageUs;
+  double usPerByte;
+};
+constexpr LinkCost kCosts[] = {
+    {2.0, 0.3, 1.0 / 4000},  // shared memory
+    {30.0, 2.0, 1.0 / 1000},  // network
+};
+
+// Largest message a reducing one-shot step folds from each peer: its fan-in
+// stages one message per peer at once.
+constexpr size_t kDirectFoldMaxBytes = size_t(4) << 20;
+// Fan-in steps stage every source in a slot of their own (core/executor.h).
+constexpr int kDirectMaxRanks = 48;
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = char(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
+  return s;
+}
+
+// The algorithms a comma-separated list names; unknown and foreign names
+// add warnings.
+uint8_t parseList(std::string_view list, std::vector<std::string>* warnings) {
+  uint8_t mask = 0;
+  while (!list.empty()) {
+    const size_t comma = list.find(',');
+    const std::string name = lower(trim(list.substr(0, comma)));
+    list = comma == std::string_view::npos ? std::string_view() : list.substr(comma + 1);
+    if (name.empty()) continue;
+    if (name == "ring" || name == "chain") mask |= 1u << int(Algorithm::kRing);
+    else if (name == "direct") mask |= 1u << int(Algorithm::kDirect);
+    else if (name == "tree" || name == "collnetdirect" || name == "collnetchain" || name == "nvls" ||
+             name == "nvlstree" || name == "pat")
+      warnings->push_back("NCCL_ALGO: loom has no " + name + " algorithm; ignored");
+    else warnings->push_back("NCCL_ALGO: unknown algorithm '" + name + "' ignored (loom has ring, direct)");
+  }
+  return mask;
+}
+
+}  // namespace
+
+const char* algorithmName(Algorithm a) {
+  switch (a) {
+    case Algorithm::kRing: return "ring";
+    case Algorithm::kDirect: return "direct";
+  }
+  return "?";
+}
+
+const char* linkClassName(LinkClass c) { return c == LinkClass::kSharedMemory ? "shm" : "net"; }
+
+int collectiveIndex(OpKind kind) {
+  switch (kind) {
+    case OpKind::kAllReduce: return 0;
+    case OpKind::kAllGather: return 1;
+    case OpKind::kReduceScatter: return 2;
+    case OpKind::kBroadcast: return 3;
+    case OpKind::kReduce: return 4;
+    default: return -1;
+  }
+}
+
+AlgoFilter AlgoFilter::parse(std::string_view text, std::vector<std::string>* warnings) {
+  AlgoFilter f;
+  text = trim(text);
+  if (text.empty()) return f;
+  while (!text.empty()) {
+    const size_t semi = text.find(';');
+    std::string_view section = trim(text.substr(0, semi));
+    text = semi == std::string_view::npos ? std::string_view() : text.substr(semi + 1);
+    if (section.empty()) continue;
+    int only = -1;  // the collective a "name:list" section applies to
+    const size_t colon = section.find(':');
+    if (colon != std::string_view::npos) {
+      const std::string coll = lower(trim(section.substr(0, colon)));
+      for (int i = 0; i < kCollectiveCount; ++i)
+        if (coll == kCollectiveNames[i]) only = i;
+      if (only < 0) {
+        warnings->push_back("NCCL_ALGO: unknown collective '" + coll +
+                            "' ignored (use allreduce, allgather, reducescatter, broadcast or reduce)");
+        continue;
+      }
+      section = trim(section.substr(colon + 1));
+    }
+    const bool exclude = !section.empty() && section.front() == '^';
+    if (exclude) section.remove_prefix(1);
+    uint8_t mask = parseList(section, warnings);
+    if (exclude) mask = uint8_t(kAll & ~mask);
+    for (int i = 0; i < kCollectiveCount; ++i) {
+      if (only >= 0 && i != only) continue;
+      if (mask == 0) {
+        warnings->push_back(std::string("NCCL_ALGO leaves ") + kCollectiveNames[i] +
+                            " no algorithm loom has; it keeps all of them");
+        f.allowed_[size_t(i)] = kAll;
+      } else {
+        f.allowed_[size_t(i)] = mask;
+      }
+    }
+  }
+  return f;
+}
+
+bool AlgoFilter::allows(OpKind kind, Algorithm a) const {
+  const int i = collectiveIndex(kind);
+  return i >= 0 && (allowed_[size_t(i)] >> int(a)) & 1u;
+}
+
+size_t tuningBytes(OpKind kind, size_t count, size_t elemSize, int nranks) {
+  const size_t bytes = count * elemSize;
+  return kind == OpKind::kAllGather || kind == OpKind::kReduceScatter ? bytes * size_t(nranks) : bytes;
+}
+
+std::string cannotRun(Algorithm a, OpKind kind, size_t bytes, const TuningContext& ctx) {
+  if (collectiveIndex(kind) < 0) return std::string(opKindName(kind)) + " has no collective algorithms";
+  if (a == Algorithm::kRing) return "";
+  // kDirect
+  if (ctx.device) return "direct runs on host buffers only (its fan-in steps)";
+  if (ctx.nranks > kDirectMaxRanks) return "direct runs up to " + std::to_string(kDirectMaxRanks) + " ranks";
+  const bool folds = kind == OpKind::kAllReduce || kind == OpKind::kReduce || kind == OpKind::kReduceScatter;
+  const size_t perPeer = kind == OpKind::kReduceScatter ? bytes / size_t(std::max(1, ctx.nranks)) : bytes;
+  if (folds && perPeer > kDirectFoldMaxBytes)
+    return "direct stages one message per peer; above " + std::to_string(kDirectFoldMaxBytes >> 20) + " MiB each it would take too much memory";
+  return "";
+}
+
+double estimateUs(Algorithm a, OpKind kind, size_t bytes, const TuningContext& ctx) {
+  const LinkCost& c = kCosts[int(ctx.links)];
+  const double n = double(std::max(1, ctx.nranks)), s = double(bytes);
+  if (n == 1) return c.messageUs + s * c.usPerByte;
+  double hops = 0, messages = 0, sent = 0;  // sequential hops; messages and bytes one rank sends
+  const bool ring = a == Algorithm::kRing;
+  switch (kind) {
+    case OpKind::kAllReduce:
+      hops = ring ? 2 * (n - 1) : 2;
+      messages = ring ? 2 * (n - 1) : n - 1;
+      sent = ring ? 2 * (n - 1) / n * s : (n - 1) * s;
+      break;
+    case OpKind::kAllGather:
+    case OpKind::kReduceScatter:
+      hops = ring ? n - 1 : 2;
+      messages = n - 1;
+      sent = (n - 1) / n * s;
+      break;
+    case OpKind::kBroadcast:
+    case OpKind::kReduce:
+      hops = ring ? n - 1 : 1;
+      messages = ring ? 1 : n - 1;
+      sent = ring ? s : (n - 1) * s;  // the busiest rank: the root of a direct one
+      break;
+    default: return std::numeric_limits<double>::infinity();
+  }
+  return hops * c.hopUs + messages * c.messageUs + sent * c.usPerByte;
+}
+
+Choice choose(OpKind kind, size_t bytes, const TuningContext& ctx) {
+  Choice best{Algorithm::kRing, std::numeric_limits<double>::infinity()};
+  for (int i = 0; i < kAlgorithmCount; ++i) {
+    const Algorithm a = Algorithm(i);
+    if (!ctx.filter.allows(kind, a) || !cannotRun(a, kind, bytes, ctx).empty()) continue;
+    const double t = estimateUs(a, kind, bytes, ctx);
+    if (t < best.estimateUs) best = Choice{a, t};
+  }
+  if (best.estimateUs == std::numeric_limits<double>::infinity())
+    best = Choice{Algorithm::kRing, estimateUs(Algorithm::kRing, kind, bytes, ctx)};
+  return best;
+}
+
+}  // namespace loom::core

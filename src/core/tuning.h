@@ -1,0 +1,80 @@
+// Algorithm choice: which plan generator runs a collective.
+//
+// Each (collective, algorithm) has an alpha-beta estimate: hops * alpha +
+// bytes moved per rank * beta, with alpha and beta from a table per link
+// class (shared memory within a host, the network between hosts). The
+// cheapest algorithm that can run the case and that the user allows
+// (NCCL_ALGO) is taken.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+#include "core/op.h"
+
+namespace loom::core {
+
+enum class Algorithm : uint8_t {
+  kRing,    // ring (AllReduce, AllGather, ReduceScatter); pipelined chain (Broadcast, Reduce)
+  kDirect,  // one-shot: every rank exchanges with every other rank at once
+};
+inline constexpr int kAlgorithmCount = 2;
+const char* algorithmName(Algorithm a);  // "ring", "direct"
+
+// The five collectives that have algorithms, as indices 0..4.
+inline constexpr int kCollectiveCount = 5;
+int collectiveIndex(OpKind kind);  // -1 for point-to-point kinds
+
+enum class LinkClass : uint8_t { kSharedMemory, kNetwork };
+const char* linkClassName(LinkClass c);
+
+// The NCCL_ALGO setting: which algorithms each collective may use.
+// Syntax (NCCL's): a comma-separated list of names, a leading ^ excludes
+// them instead; sections "collective:list" separated by ';' apply to one
+// collective each (allreduce, allgather, reducescatter, broadcast, reduce).
+// Names are case-insensitive: NCCL's Ring and loom's ring, chain (= ring),
+// direct. NCCL names loom does not have (Tree, CollnetDirect, CollnetChain,
+// NVLS, NVLSTree, PAT) and unknown ones are ignored with a warning; a
+// collective left with no algorithm keeps all of them, with a warning.
+class AlgoFilter {
+ public:
+  AlgoFilter() { allowed_.fill(kAll); }
+  static AlgoFilter parse(std::string_view text, std::vector<std::string>* warnings);
+  bool allows(OpKind kind, Algorithm a) const;
+
+ private:
+  static constexpr uint8_t kAll = (1u << kAlgorithmCount) - 1;
+  std::array<uint8_t, kCollectiveCount> allowed_;
+};
+
+// What the choice depends on besides the operation.
+struct TuningContext {
+  int nranks = 1;
+  LinkClass links = LinkClass::kSharedMemory;  // the slowest class the ranks use
+  bool device = false;                         // cuda mode: no fan-in steps yet
+  AlgoFilter filter;
+};
+
+// Whether `a` can run this case (an empty string), or why not.
+std::string cannotRun(Algorithm a, OpKind kind, size_t bytes, const TuningContext& ctx);
+// Estimated microseconds; `bytes` is the size of the whole vector (AllGather:
+// the output, ReduceScatter: the input).
+double estimateUs(Algorithm a, OpKind kind, size_t bytes, const TuningContext& ctx);
+
+struct Choice {
+  Algorithm algorithm = Algorithm::kRing;
+  double estimateUs = 0;
+};
+// The cheapest algorithm that can run and is allowed; ring when none is
+// (ring runs everything).
+Choice choose(OpKind kind, size_t bytes, const TuningContext& ctx);
+
+// The vector size `choose` sees for an operation of `count` elements.
+size_t tuningBytes(OpKind kind, size_t count, size_t elemSize, int nranks);
+
+}  // namespace loom::core
