@@ -54,6 +54,10 @@ constexpr Spec kTable[] = {
      "across them. Capped by NCCL_MAX_NCHANNELS; 1..32."},
     {"NCCL_MAX_NCHANNELS", T::kInt, "32", "COLL",
      "Channels a communicator uses at most (see NCCL_MIN_NCHANNELS)."},
+    {"LOOM_LATENCY_PATH", T::kBool, "1", "TUNING",
+     "1: collectives small enough (up to 64 KiB per rank) on communicators whose ranks all share "
+     "one host run on a shared-memory board in the calling thread, one exchange with no system "
+     "call, when the cost model picks the direct algorithm. 0: they run like larger ones."},
     {"NCCL_ALGO", T::kString, "", "TUNING",
      "Algorithms collectives may use: a comma-separated list (ring, direct; NCCL's Ring too), ^ to "
      "exclude the listed ones, and per-collective sections such as "

@@ -2,6 +2,7 @@
 
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <sys/eventfd.h>
 #include <sys/random.h>
 #include <unistd.h>
@@ -51,6 +52,23 @@ bool useCommIdEnv() { return !settings::current()->getString("NCCL_COMM_ID").emp
 
 }  // namespace
 
+namespace {
+// See spinRounds(): an idle round costs ~0.1 us (a look at each connection).
+constexpr int kDedicatedSpinRounds = 2000;
+constexpr int kSharedSpinRounds = 64;
+std::atomic<pid_t> gPid{0};
+void refreshPid() { gPid.store(::getpid(), std::memory_order_relaxed); }
+}  // namespace
+
+pid_t processId() {
+  static const bool registered = [] {
+    refreshPid();
+    return pthread_atfork(nullptr, nullptr, refreshPid) == 0;
+  }();
+  if (!registered) return ::getpid();
+  return gPid.load(std::memory_order_relaxed);
+}
+
 CommOptions CommOptions::fromSettings() {
   auto cfg = settings::current();
   CommOptions o;
@@ -68,6 +86,7 @@ CommOptions CommOptions::fromSettings() {
   o.initTimeoutS = double(std::max<int64_t>(cfg->getInt("LOOM_INIT_TIMEOUT_S"), 1));
   o.link.selection = transport::Selection::fromSettings();
   o.device = threadDevice().empty() ? cfg->getString("LOOM_DEVICE") : threadDevice();
+  o.latencyPath = cfg->getBool("LOOM_LATENCY_PATH");
   std::vector<std::string> warnings;
   o.algorithms = AlgoFilter::parse(cfg->getString("NCCL_ALGO"), &warnings);
   static std::once_flag warned;  // settings are read once per process
@@ -131,7 +150,7 @@ Status decodeUniqueId(const uint8_t id[kUniqueIdBytes], net::SocketAddress* root
 }
 
 Communicator::Communicator(const CommOptions& options)
-    : options_(options), timeoutS_(options.timeoutS), ownerPid_(::getpid()), flight_(std::make_shared<FlightRecorder>(options.flightEntries)) {
+    : options_(options), timeoutS_(options.timeoutS), ownerPid_(processId()), flight_(std::make_shared<FlightRecorder>(options.flightEntries)) {
   wakeFd_.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
   if (options.flightEntries > 0) registerFlightRecorder(flight_);
 }
@@ -312,6 +331,11 @@ Status Communicator::connectPeersAtInit() {
   conns_.resize(size_t(nranks_) * size_t(options_.channels));
   connPtrs_.assign(conns_.size(), nullptr);
   scheduleFromTable();
+  if (mode_ == Mode::kHost && options_.latencyPath && nranks_ > 1 && nranks_ <= transport::shm::kBoardMaxMembers &&
+      tuning_.links == LinkClass::kSharedMemory) {
+    LOOM_ASSIGN_OR_RETURN(latency_, LatencyPath::setup(*bootstrap_, rank_, nranks_, tuning_,
+                                                       Deadline::afterSeconds(options_.initTimeoutS), &abort_));
+  }
   // Ring neighbours are connected now, so a rank that dies before the first
   // operation is noticed by its connections closing.
   const auto& order = rings_[0];
@@ -370,6 +394,11 @@ void Communicator::scheduleFromTable() {
                                                                                   : LinkClass::kSharedMemory;
   tuning_.device = mode_ == Mode::kCuda;
   tuning_.filter = options_.algorithms;
+  int local = 0;
+  for (int r = 0; r < nranks_; ++r) local += bootstrap_->peer(r).hostHash == bootstrap_->peer(rank_).hostHash;
+  cpu_set_t cpus;
+  const int cores = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+  spinRounds_ = local <= cores ? kDedicatedSpinRounds : kSharedSpinRounds;
   const wire::RankInfo& me = bootstrap_->peer(rank_);
   int firstLocal = rank_;
   for (int r = 0; r < nranks_; ++r) {
@@ -427,6 +456,7 @@ void Communicator::startAsync(std::function<Status()> job) {
 }
 
 Status Communicator::waitReady() {
+  if (state_.load() != State::kInitializing) return asyncError();
   std::unique_lock<std::mutex> lock(stateMutex_);
   stateCv_.wait(lock, [this] { return state_.load() != State::kInitializing; });
   lock.unlock();
@@ -439,7 +469,7 @@ Status Communicator::stickyError() const {
 }
 
 Status Communicator::asyncError() const {
-  {
+  if (failed_.load()) {
     std::lock_guard<std::mutex> lock(errorMutex_);
     if (!error_.isOk()) return error_;
   }
@@ -452,6 +482,7 @@ void Communicator::fail(const Status& status, bool tellPeers) {
     std::lock_guard<std::mutex> lock(errorMutex_);
     if (!error_.isOk()) return;
     error_ = status;
+    failed_.store(true);
   }
   LOOM_WARN("%s: %s", describe().c_str(), status.message().c_str());
   if (tellPeers && bootstrap_ && nranks_ > 1 && !forkedAway()) {
@@ -717,6 +748,7 @@ void Communicator::finishSplitTurn() {
 }
 
 Status Communicator::waitSplits() {
+  if (splitsDone_.load() >= splitsReserved_.load()) return Status::ok();
   std::unique_lock<std::mutex> lock(splitMutex_);
   const uint64_t mine = splitsReserved_;
   const Deadline deadline = Deadline::afterSeconds(options_.initTimeoutS);

@@ -37,6 +37,7 @@
 #include "core/device_queue.h"
 #include "core/executor.h"
 #include "core/flight_recorder.h"
+#include "core/latency.h"
 #include "core/mode.h"
 #include "core/op.h"
 #include "core/peer_link.h"
@@ -69,6 +70,9 @@ struct CommOptions {
   int cudaDevice = -1;
   // The algorithms collectives may use (NCCL_ALGO).
   AlgoFilter algorithms;
+  // Small collectives of single-host communicators on a shared-memory
+  // board (LOOM_LATENCY_PATH; core/latency.h).
+  bool latencyPath = true;
   // Filled from the settings; the API layer then applies ncclConfig_t.
   static CommOptions fromSettings();
 };
@@ -84,6 +88,10 @@ Status decodeUniqueId(const uint8_t id[kUniqueIdBytes], net::SocketAddress* root
 Status getUniqueId(uint8_t id[kUniqueIdBytes]);
 
 class CommRef;
+
+// getpid() without a system call on every operation: cached, and refreshed
+// in the child of every fork (pthread_atfork).
+pid_t processId();
 
 class Communicator {
  public:
@@ -141,7 +149,7 @@ class Communicator {
   // False when some are still held then (the caller must not delete it).
   bool closeAndWait(double seconds);
   // True in a process forked from the one that created this communicator.
-  bool forkedAway() const { return ::getpid() != ownerPid_; }
+  bool forkedAway() const { return processId() != ownerPid_; }
   pid_t ownerPid() const { return ownerPid_; }
 
   int rank() const { return rank_; }
@@ -220,6 +228,13 @@ class Communicator {
   const topology::Schedule& schedule() const { return schedule_; }
   // What the algorithm choice depends on (core/tuning.h), set at init.
   const TuningContext& tuning() const { return tuning_; }
+  // Idle rounds an operation spins before it yields and then blocks: many
+  // when this host's ranks of the communicator have a CPU each, few when
+  // they share (a spinning rank then takes the CPU its peer needs). Set at
+  // init.
+  int spinRounds() const { return spinRounds_; }
+  // The shared-memory board for small collectives, or null (use under opMutex).
+  LatencyPath* latencyPath() { return latency_.get(); }
   // Plans of earlier collectives (use under opMutex).
   PlanCache& planCache() { return planCache_; }
   // What wakes a wait for connectStep(): the sockets of links being set up
@@ -283,7 +298,9 @@ class Communicator {
   topology::Schedule schedule_;
   std::vector<std::vector<int>> rings_;
   TuningContext tuning_;
+  int spinRounds_ = 64;
   PlanCache planCache_;
+  std::unique_ptr<LatencyPath> latency_;
   int rank_ = 0;
   int nranks_ = 1;
   std::unique_ptr<Bootstrap> bootstrap_;
@@ -297,6 +314,7 @@ class Communicator {
   std::condition_variable stateCv_;
   mutable std::mutex errorMutex_;
   Status error_;
+  std::atomic<bool> failed_{false};  // error_ is set (read without the lock on every call)
   std::atomic<bool> abort_{false};
   net::UniqueFd wakeFd_;
   std::thread initThread_;  // joined by the destructor only
@@ -309,8 +327,10 @@ class Communicator {
   std::vector<Communicator*> dependents_;
   std::mutex splitMutex_;
   std::condition_variable splitCv_;
-  uint64_t splitsReserved_ = 0;  // tickets handed out
-  uint64_t splitsDone_ = 0;      // splits whose exchange over this one ended
+  // Under splitMutex_; atomic so that waitSplits() sees "none pending"
+  // without the lock.
+  std::atomic<uint64_t> splitsReserved_{0};  // tickets handed out
+  std::atomic<uint64_t> splitsDone_{0};      // splits whose exchange over this one ended
   std::map<std::vector<int>, uint64_t> shrinksReserved_;  // under splitMutex_
   std::set<uint64_t> abandonedSplits_;  // gave up waiting for their turn
   std::mutex listenMutex_;  // guards the bootstrap listener state

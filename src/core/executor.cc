@@ -110,26 +110,13 @@ Result<std::unique_ptr<PlanRunner>> PlanRunner::create(const Plan* plan, std::ve
                                                        std::span<Connection* const> conns, Scratch* scratch,
                                                        RegistrationCache* registrations, const DeviceContext* device) {
   std::unique_ptr<PlanRunner> r(new PlanRunner(plan, std::move(buffers), reduction, reducing, conns, device));
-  // The connections the plan uses, each once; a missing one is a planner bug.
   for (const Stream& st : plan->streams) {
     for (const Step& s : st.steps) {
       if (!s.fanIn.empty() && device) return internalError("a fan-in step on device buffers (host only)");
       if (int(s.fanIn.size()) + 2 > kMaxSlots) return internalError("a fan-in step with too many sources");
-      Status missing;
-      s.forEachPeer([&](int peer) {
-        const size_t link = linkIndex(peer, st.channel, plan->nranks);
-        Connection* c = st.channel >= 0 && link < conns.size() ? conns[link] : nullptr;
-        if (!c) {
-          if (missing.isOk())
-            missing = internalError("a plan step uses rank " + std::to_string(peer) + " on channel " +
-                                    std::to_string(st.channel) + ", which has no connection");
-          return;
-        }
-        if (std::find(r->used_.begin(), r->used_.end(), c) == r->used_.end()) r->used_.push_back(c);
-      });
-      LOOM_TRY(missing);
     }
   }
+  LOOM_TRY(r->bindConnections());
   r->registrations_ = registrations;
   if (device) {
     r->slotsOnDevice_ = std::all_of(r->used_.begin(), r->used_.end(),
@@ -141,26 +128,79 @@ Result<std::unique_ptr<PlanRunner>> PlanRunner::create(const Plan* plan, std::ve
     }
     for (size_t i = 0; i < r->streams_.size(); ++i) r->streams_[i].event = (*device->events)[i];
   }
+  LOOM_TRY(r->bindSlots(scratch));
+  return r;
+}
+
+Status PlanRunner::bindConnections() {
+  // The connections the plan uses, each once; a missing one is a planner bug.
+  used_.clear();
+  Status missing;
+  for (const Stream& st : plan_->streams) {
+    for (const Step& s : st.steps) {
+      s.forEachPeer([&](int peer) {
+        const size_t link = linkIndex(peer, st.channel, plan_->nranks);
+        Connection* c = st.channel >= 0 && link < conns_.size() ? conns_[link] : nullptr;
+        if (!c) {
+          if (missing.isOk())
+            missing = internalError("a plan step uses rank " + std::to_string(peer) + " on channel " +
+                                    std::to_string(st.channel) + ", which has no connection");
+          return;
+        }
+        if (std::find(used_.begin(), used_.end(), c) == used_.end()) used_.push_back(c);
+      });
+    }
+  }
+  return missing;
+}
+
+Status PlanRunner::bindSlots(Scratch* scratch) {
   size_t total = 0;
-  for (const auto& st : r->streams_) total += st.slotBytes * size_t(st.nslots);
-  if (total == 0) return r;
+  for (const auto& st : streams_) total += st.slotBytes * size_t(st.nslots);
+  if (total == 0) return Status::ok();
   LOOM_ASSIGN_OR_RETURN(std::byte * base, scratch->get(total));
-  for (auto& st : r->streams_) {
+  for (auto& st : streams_) {
     st.slots = st.slotBytes ? base : nullptr;
     base += st.slotBytes * size_t(st.nslots);
   }
-  return r;
+  return Status::ok();
+}
+
+Status PlanRunner::rebind(std::span<std::byte* const> buffers, const kernels::Reduction& reduction,
+                          std::span<Connection* const> conns, Scratch* scratch) {
+  if (device_ || !done()) return internalError("PlanRunner::rebind on a device runner or one still running");
+  buffers_.assign(buffers.begin(), buffers.end());
+  reduction_ = reduction;
+  conns_ = conns;
+  failedPeer_ = -1;
+  layoutStreams();  // the slots depend on the reduction (a pre-multiply stages its sends)
+  for (StreamState& st : streams_) {
+    st.next = 0;
+    st.phase = Phase::kStart;
+    st.recv = Transfer{};
+    st.recvSlot = -1;
+    st.fanRecvs.clear();
+    st.fanSlots.clear();
+    st.result = nullptr;
+    st.hold = st.freeAfter = -1;
+  }
+  LOOM_TRY(bindConnections());
+  return bindSlots(scratch);
 }
 
 PlanRunner::PlanRunner(const Plan* plan, std::vector<std::byte*> buffers, kernels::Reduction reduction,
                        bool reducing, std::span<Connection* const> conns, const DeviceContext* device)
     : plan_(plan), buffers_(std::move(buffers)), reduction_(reduction), reducing_(reducing),
       conns_(conns), device_(device), streams_(plan->streams.size()) {
-  for (size_t i = 0; i < plan->streams.size(); ++i) {
-    streams_[i].channel = plan->streams[i].channel;
+  layoutStreams();
+}
+
+void PlanRunner::layoutStreams() {
+  for (size_t i = 0; i < plan_->streams.size(); ++i) {
     StreamState& st = streams_[i];
-    st.slotBytes = streamSlotBytes(plan->streams[i].steps, reduction_, reducing_, device != nullptr);
-    st.nslots = streamSlots(plan->streams[i].steps, reduction_, reducing_);
+    st.channel = plan_->streams[i].channel;
+    st.slotBytes = streamSlotBytes(plan_->streams[i].steps, reduction_, reducing_, device_ != nullptr);
+    st.nslots = streamSlots(plan_->streams[i].steps, reduction_, reducing_);
     st.freeSlots = st.nslots == 64 ? ~uint64_t(0) : (uint64_t(1) << st.nslots) - 1;
   }
 }

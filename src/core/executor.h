@@ -98,6 +98,11 @@ class PlanRunner {
                              bool device = false);
   PlanRunner(const PlanRunner&) = delete;
   PlanRunner& operator=(const PlanRunner&) = delete;
+  // Host plans: makes a finished runner ready to run its plan again on
+  // other buffers, without allocating (a repeated operation reuses it).
+  // Takes the same arguments as create() for what may change.
+  Status rebind(std::span<std::byte* const> buffers, const kernels::Reduction& reduction,
+                std::span<transport::Connection* const> conns, Scratch* scratch);
 
   // Makes all progress possible now; sets *progressed when anything moved.
   // An error names the peer involved (the caller adds the operation).
@@ -115,6 +120,12 @@ class PlanRunner {
  private:
   // Sets t.region from registrations_ (when there are any to consult).
   Status attachRegion(transport::Connection& c, transport::Transfer& t);
+  // Fills used_ from conns_ (an error names a missing connection), and
+  // places the streams' slots in `scratch`.
+  Status bindConnections();
+  // Each stream's slot size and count, for the plan and the reduction.
+  void layoutStreams();
+  Status bindSlots(Scratch* scratch);
   PlanRunner(const Plan* plan, std::vector<std::byte*> buffers, kernels::Reduction reduction, bool reducing,
              std::span<transport::Connection* const> conns, const DeviceContext* device);
   static constexpr int kSlots = 4;  // staging slots per stream, at least

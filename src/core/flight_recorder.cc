@@ -33,7 +33,7 @@ const char* flightStateName(FlightRecorder::State s) {
   return "?";
 }
 
-uint64_t FlightRecorder::record(const Entry& e) {
+uint64_t FlightRecorder::record(const Entry& e, bool running) {
   if (capacity_ == 0) return 0;
   const int64_t now = wallMicros();
   std::lock_guard<std::mutex> lock(mutex_);
@@ -41,9 +41,10 @@ uint64_t FlightRecorder::record(const Entry& e) {
   const uint64_t id = ++recorded_;
   Entry& slot = ring_[(id - 1) % capacity_];
   slot = e;
-  slot.state = State::kQueued;
+  slot.state = running ? State::kRunning : State::kQueued;
   slot.enqueueUs = now;
-  slot.startUs = slot.endUs = 0;
+  slot.startUs = running ? now : 0;
+  slot.endUs = 0;
   return id;
 }
 

@@ -50,8 +50,9 @@ class FlightRecorder {
   // capacity 0: records nothing.
   explicit FlightRecorder(size_t capacity) : capacity_(capacity) {}
 
-  // Records a queued operation; returns its id for the calls below.
-  uint64_t record(const Entry& e);
+  // Records a queued operation (`running`: one that starts at once); returns
+  // its id for the calls below.
+  uint64_t record(const Entry& e, bool running = false);
   void started(uint64_t id);
   void finished(uint64_t id, bool ok);
 

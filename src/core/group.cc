@@ -24,9 +24,10 @@ struct GroupState {
 };
 thread_local GroupState tGroup;
 
-// Waiting: spin this many idle rounds, then yield this many, then block in
-// poll (sockets wake us when data arrives).
-constexpr int kSpinRounds = 64;
+// Waiting: spin the communicators' idle rounds (Communicator::spinRounds:
+// long when every rank of the host has a core, short when they share),
+// then yield this many, then block in poll (sockets and shared memory's
+// wake pipes wake us when data arrives).
 constexpr int kYieldRounds = 32;
 constexpr int kBlockMs = 50;
 constexpr const char* kAbortHint = "The other ranks are told to abort";
@@ -81,6 +82,14 @@ std::string Task::name() const {
   return "group of " + std::to_string(ops.size()) + " point-to-point calls #" + std::to_string(seq);
 }
 
+// A collective's entry in the communicator's flight recorder.
+uint64_t recordCollective(Communicator* comm, const OpDesc& op, uint64_t seq, bool running = false) {
+  return comm->flight().record(FlightRecorder::Entry{
+      .seq = seq, .collSeq = comm->nextCollSeq(), .kind = opKindName(op.kind), .count = op.count,
+      .type = kernels::dataTypeName(op.type), .op = isReducing(op.kind) ? kernels::redOpName(op.reduction.op) : "",
+      .root = op.kind == OpKind::kBroadcast || op.kind == OpKind::kReduce ? op.root : -1}, running);
+}
+
 // The cached plan of a collective, or a new one from the algorithm the
 // cost model (and NCCL_ALGO) picks.
 Result<std::shared_ptr<const CachedPlan>> collectivePlan(Communicator* comm, const OpDesc& op, PlanParams params) {
@@ -101,7 +110,7 @@ Result<std::shared_ptr<const CachedPlan>> collectivePlan(Communicator* comm, con
   return std::shared_ptr<const CachedPlan>(std::move(made));
 }
 
-Status buildTasks(Communicator* comm, const std::vector<OpDesc>& ops, std::vector<Task>* tasks) {
+Status buildTasks(Communicator* comm, std::span<const OpDesc> ops, std::vector<Task>* tasks) {
   PlanParams params;
   params.rank = comm->rank();
   params.nranks = comm->nranks();
@@ -121,12 +130,8 @@ Status buildTasks(Communicator* comm, const std::vector<OpDesc>& ops, std::vecto
     t.reduction = op.reduction;
     t.scalarPtr = op.scalarPtr;
     t.reducing = isReducing(op.kind);
-    const uint64_t seq = comm->nextSeq();
-    t.seq = seq;
-    t.flightId = comm->flight().record(FlightRecorder::Entry{
-        .seq = seq, .collSeq = comm->nextCollSeq(), .kind = opKindName(op.kind), .count = op.count, .type = kernels::dataTypeName(op.type),
-        .op = t.reducing ? kernels::redOpName(op.reduction.op) : "",
-        .root = op.kind == OpKind::kBroadcast || op.kind == OpKind::kReduce ? op.root : -1});
+    t.seq = comm->nextSeq();
+    t.flightId = recordCollective(comm, op, t.seq);
     tasks->push_back(std::move(t));
   }
   if (!p2p.empty()) {
@@ -163,7 +168,9 @@ class Engine {
   Engine(std::vector<CommRun> runs, const DeviceContext* device) : runs_(std::move(runs)), device_(device) {}
 
   Status run() {
-    lastProgress_ = Clock::now();
+    int spinRounds = 0;
+    for (const CommRun& cr : runs_) spinRounds = std::max(spinRounds, cr.comm->spinRounds());
+    bool moved = true;  // progress since lastProgress_ was set (the start counts)
     int idle = 0;
     for (;;) {
       bool progressed = false, allDone = true;
@@ -174,14 +181,20 @@ class Engine {
       }
       if (allDone) return Status::ok();
       if (progressed) {
-        lastProgress_ = Clock::now();
-        for (CommRun& cr : runs_) cr.stallWarnings = 0;
+        moved = true;
         idle = 0;
         continue;
       }
       ++idle;
-      if (idle < kSpinRounds) continue;
-      if (idle < kSpinRounds + kYieldRounds) {
+      if (idle < spinRounds) continue;
+      // The clock is read only once waiting starts: small operations that
+      // never wait read it once.
+      if (moved) {
+        lastProgress_ = Clock::now();
+        for (CommRun& cr : runs_) cr.stallWarnings = 0;
+        moved = false;
+      }
+      if (idle < spinRounds + kYieldRounds) {
         sched_yield();
         continue;
       }
@@ -206,9 +219,14 @@ class Engine {
       if (task.scalarPtr) {
         std::memcpy(&task.reduction.scalar, task.scalarPtr, kernels::dataTypeSize(task.reduction.type));
       }
-      LOOM_ASSIGN_OR_RETURN(cr.runner, PlanRunner::create(&task.planned->plan, task.buffers, task.reduction, task.reducing,
-                                                          comm->connections(), &comm->scratch(),
-                                                          &comm->registrations(), device_));
+      if (task.planned->spare && !device_) {
+        cr.runner = std::move(task.planned->spare);
+        LOOM_TRY(cr.runner->rebind(task.buffers, task.reduction, comm->connections(), &comm->scratch()));
+      } else {
+        LOOM_ASSIGN_OR_RETURN(cr.runner, PlanRunner::create(&task.planned->plan, task.buffers, task.reduction,
+                                                            task.reducing, comm->connections(), &comm->scratch(),
+                                                            &comm->registrations(), device_));
+      }
       LOOM_TRACE(log::kColl, "%s: %s: %s", comm->describe().c_str(), task.name().c_str(),
                  dumpPlan(task.planned->plan).c_str());
       comm->flight().started(task.flightId);
@@ -217,6 +235,7 @@ class Engine {
     LOOM_TRY(cr.runner->advance(progressed));
     if (cr.runner->done()) {
       comm->flight().finished(task.flightId, true);
+      if (!device_) task.planned->spare = std::move(cr.runner);
       cr.runner.reset();
       ++cr.current;
       *progressed = true;
@@ -394,6 +413,34 @@ Status submitToDevices(std::vector<PendingOp> ops) {
 
 }  // namespace
 
+// One operation outside a group on a host communicator: runOps without the
+// bookkeeping for several communicators (the latency of small operations).
+Status runSingle(const CommRef& comm, const OpDesc& op) {
+  Communicator* c = comm.get();
+  LOOM_TRY(waitTurn(c));
+  std::unique_lock<std::mutex> lock(c->opMutex());
+  if (LatencyPath* lp = c->latencyPath(); lp && lp->takes(op)) {
+    {
+      LOOM_TRY(c->asyncError());
+      if (c->aborted()) return abortedError(std::string("running ") + opKindName(op.kind));
+      const uint64_t seq = c->nextSeq();
+      const uint64_t id = recordCollective(c, op, seq, true);
+      Status s = lp->run(op, seq, *c);
+      c->flight().finished(id, s.isOk());
+      if (!s.isOk()) {
+        LOOM_WARN("%s", s.toString().c_str());
+        c->fail(s, !c->aborted());
+      }
+      return s;
+    }
+  }
+  std::vector<CommRun> runs;
+  runs.push_back(CommRun{c, {}, 0, nullptr});
+  LOOM_TRY(buildTasks(c, std::span<const OpDesc>(&op, 1), &runs[0].tasks));
+  log::ScopedRank logRank(c->rank());
+  return Engine(std::move(runs), nullptr).run();
+}
+
 Status runOps(std::vector<PendingOp> ops) {
   for (Communicator* c : commsOf(ops)) LOOM_TRY(waitTurn(c));
   return runPlannedOps(std::move(ops));
@@ -515,9 +562,10 @@ Status groupSimulateEnd(float* estimatedUs) {
 Status enqueue(CommRef comm, const OpDesc& op) {
   if (tGroup.depth == 0) {
     const bool device = comm->mode() == Mode::kCuda;
+    if (!device) return runSingle(comm, op);
     std::vector<PendingOp> ops;
     ops.push_back(PendingOp{std::move(comm), op});
-    return device ? submitToDevices(std::move(ops)) : runOps(std::move(ops));
+    return submitToDevices(std::move(ops));
   }
   tGroup.ops.push_back(PendingOp{std::move(comm), op});
   return Status::ok();

@@ -9,6 +9,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/executor.h"
 #include "core/plan.h"
 #include "core/tuning.h"
 
@@ -26,6 +27,9 @@ struct CachedPlan {
   Plan plan;
   std::vector<int> links;  // the connections it uses (linkIndex), sorted
   Choice choice;           // the algorithm and its estimate
+  // A finished host runner of this plan, kept for the next call (taken
+  // while one runs, so two calls in one group each get their own).
+  mutable std::unique_ptr<PlanRunner> spare;
 };
 
 class PlanCache {

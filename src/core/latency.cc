@@ -1,0 +1,211 @@
+#include "core/latency.h"
+
+#include <sched.h>
+
+#include <cstring>
+
+#include "common/log.h"
+#include "core/communicator.h"
+#include "kernels/reduce.h"
+
+namespace loom::core {
+namespace {
+
+// Slots: 64 KiB each, less for many ranks (the board is 2 slots per rank).
+constexpr size_t kMaxSlotBytes = size_t(64) << 10;
+constexpr size_t kBoardBudget = size_t(4) << 20;
+constexpr int kYields = 32;  // after the spins, before sleeping
+constexpr int kSharedYields = 2000;  // ranks share CPUs: yield instead of spinning
+constexpr int kSharedSpinRounds = 64;  // Communicator::spinRounds() when ranks share CPUs
+constexpr int kSleepMs = 10;
+
+size_t slotBytesFor(int nranks) {
+  size_t per = kBoardBudget / (2 * size_t(nranks));
+  per = per / 4096 * 4096;
+  return std::clamp<size_t>(per, 4096, kMaxSlotBytes);
+}
+
+// As the engine names operations: "AllReduce #17 (2 x float)".
+std::string opName(const OpDesc& op, uint64_t seq) {
+  return std::string(opKindName(op.kind)) + " #" + std::to_string(seq) + " (" + std::to_string(op.count) + " x " +
+         kernels::dataTypeName(op.type) + ")";
+}
+
+}  // namespace
+
+LatencyPath::LatencyPath(transport::shm::Board board, int rank, int nranks, const TuningContext& tuning)
+    : board_(std::move(board)), rank_(rank), nranks_(nranks) {
+  // The cost model's choice, once per collective: direct up to a crossover
+  // size, so a search over the sizes a slot holds finds it.
+  for (OpKind kind : {OpKind::kAllReduce, OpKind::kAllGather, OpKind::kReduceScatter, OpKind::kBroadcast,
+                      OpKind::kReduce}) {
+    const size_t capacity = board_.slotBytes() * (kind == OpKind::kAllGather ? size_t(nranks) : 1);
+    size_t lo = 0, hi = capacity;  // direct is chosen for lo (or lo is 0); the answer is in [lo, hi]
+    while (lo < hi) {
+      const size_t mid = lo + (hi - lo + 1) / 2;
+      if (choose(kind, mid, tuning).algorithm == Algorithm::kDirect) lo = mid;
+      else hi = mid - 1;
+    }
+    maxBytes_[size_t(collectiveIndex(kind))] = lo;
+  }
+}
+
+Result<std::unique_ptr<LatencyPath>> LatencyPath::setup(Bootstrap& bootstrap, int rank, int nranks,
+                                                        const TuningContext& tuning, Deadline deadline,
+                                                        const std::atomic<bool>* abort) {
+  using transport::shm::Board;
+  using transport::shm::BoardDescriptor;
+  std::vector<BoardDescriptor> descs(static_cast<size_t>(nranks));
+  Result<Board> board = internalError("not the leader");
+  if (rank == 0) {
+    board = Board::create(nranks, slotBytesFor(nranks));
+    if (board.isOk()) descs[0] = board->describe();
+  }
+  LOOM_TRY(bootstrap.allGather(descs.data(), sizeof(BoardDescriptor), deadline, abort));
+  if (rank != 0) board = descs[0].magic ? Board::open(descs[0]) : Result<Board>(remoteError("rank 0 has no board"));
+  if (board.isOk()) board->join(rank);
+  std::vector<uint8_t> ok(static_cast<size_t>(nranks));
+  ok[size_t(rank)] = board.isOk() ? 1 : 0;
+  LOOM_TRY(bootstrap.allGather(ok.data(), 1, deadline, abort));
+  for (int r = 0; r < nranks; ++r) {
+    if (!ok[size_t(r)]) {
+      LOOM_INFO(log::kInit, "rank %d: no shared-memory board (the latency path) because rank %d could not set it up%s%s",
+                rank, r, r == rank ? ": " : "", r == rank ? board.status().message().c_str() : "");
+      return std::unique_ptr<LatencyPath>();
+    }
+  }
+  // Everyone has opened it and joined.
+  board->closeShared();
+  board->watchMembers();
+  return std::unique_ptr<LatencyPath>(new LatencyPath(std::move(board.value()), rank, nranks, tuning));
+}
+
+bool LatencyPath::takes(const OpDesc& op) const {
+  const int index = collectiveIndex(op.kind);
+  if (index < 0 || op.count == 0) return false;
+  // tuningBytes(): the whole vector (AllGather's output, ReduceScatter's input).
+  const size_t bytes = op.count * kernels::dataTypeSize(op.type) *
+                       (op.kind == OpKind::kAllGather || op.kind == OpKind::kReduceScatter ? size_t(nranks_) : 1);
+  return bytes <= maxBytes_[size_t(index)];
+}
+
+Status LatencyPath::waitFor(int q, uint64_t want, Communicator& comm, const OpDesc& op, uint64_t seq) {
+  if (board_.seen(q) >= want) return Status::ok();
+  // Every rank has a CPU: spin (pause-spins cost a fraction of an engine
+  // round). Ranks share CPUs: the one we wait for may be waiting for ours,
+  // so hand it over at once.
+  const bool dedicated = comm.spinRounds() > kSharedSpinRounds;
+  if (dedicated && board_.wait(q, want, comm.spinRounds() * 8, 0)) return Status::ok();
+  for (int i = 0; i < (dedicated ? kYields : kSharedYields); ++i) {
+    sched_yield();
+    if (board_.seen(q) >= want) return Status::ok();
+  }
+  const Clock::time_point since = Clock::now();
+  const std::string name = opName(op, seq);
+  int warnings = 0;
+  for (;;) {
+    if (board_.wait(q, want, 0, kSleepMs)) return Status::ok();
+    if (comm.aborted()) return abortedError("running " + name);
+    comm.pollNotices();
+    LOOM_TRY(comm.asyncError());
+    if (board_.closed(q)) {
+      if (board_.seen(q) >= want) return Status::ok();
+      return remoteError(comm.describePeer(q) + (board_.alive(q) ? " left the communicator (destroyed or aborted)"
+                                                                 : " exited") + " during " + name);
+    }
+    const double timeout = comm.timeoutS();
+    const double stalled = secondsSince(since);
+    // The stall inspector, as the engine's (core/group.cc).
+    const double period = comm.options().stallWarnS;
+    if (period > 0 && stalled >= period * double(warnings + 1) && (timeout <= 0 || stalled < timeout)) {
+      warnings = int(stalled / period);
+      const std::string ends = timeout > 0 ? "it fails after LOOM_TIMEOUT_S=" + std::to_string(int(timeout)) + " s"
+                                           : "LOOM_TIMEOUT_S=0: it waits for ever";
+      LOOM_WARN("%s: %s has made no progress for %d s; waiting for %s (LOOM_STALL_WARN_S=%d; %s)",
+                comm.describe().c_str(), name.c_str(), int(stalled), comm.describePeer(q).c_str(), int(period),
+                ends.c_str());
+    }
+    if (timeout > 0 && stalled > timeout) {
+      return remoteError(name + " made no progress for " + std::to_string(int(timeout)) +
+                         " s (LOOM_TIMEOUT_S); waiting for " + comm.describePeer(q));
+    }
+  }
+}
+
+Status LatencyPath::run(const OpDesc& op, uint64_t seq, Communicator& comm) {
+  const uint64_t s = ++seq_;
+  const int n = nranks_;
+  auto fail = [&](Status st) {
+    if (st.code() == Code::kRemoteError && !comm.aborted()) st = comm.preferPeerReport(st);
+    return Status(st.code(), comm.describe() + ": " + opName(op, seq) + " failed: " + st.message());
+  };
+  // This rank's slot for s last held s-2: free once everyone published s-1.
+  for (int q = 0; q < n; ++q) {
+    if (q == rank_) continue;
+    if (Status st = waitFor(q, s - 1, comm, op, seq); !st.isOk()) return fail(st);
+  }
+  const size_t es = kernels::dataTypeSize(op.type);
+  const size_t bytes = op.count * es;
+  kernels::Reduction red = op.reduction;
+  if (op.scalarPtr) std::memcpy(&red.scalar, op.scalarPtr, es);
+  const bool reducing = isReducing(op.kind);
+  std::byte* mine = board_.data(rank_, s);
+  const auto* send = static_cast<const std::byte*>(op.sendbuf);
+  auto* recv = static_cast<std::byte*>(op.recvbuf);
+  // Publish this rank's contribution (pre-multiplied for PreMulSum).
+  const size_t contribution = op.kind == OpKind::kReduceScatter ? bytes * size_t(n)
+                              : op.kind == OpKind::kBroadcast && rank_ != op.root ? 0
+                                                                                   : bytes;
+  if (contribution) {
+    if (reducing && red.op == kernels::RedOp::kPreMulSum)
+      kernels::reduce(red, mine, nullptr, 0, send, contribution / es, false);
+    else std::memcpy(mine, send, contribution);
+  }
+  board_.publish(rank_, s);
+  // Read the others'.
+  auto waitAll = [&]() -> Status {
+    for (int q = 0; q < n; ++q)
+      if (q != rank_) LOOM_TRY(waitFor(q, s, comm, op, seq));
+    return Status::ok();
+  };
+  kernels::Reduction plain = red;  // every source is pre-multiplied already
+  if (plain.op == kernels::RedOp::kPreMulSum) plain.op = kernels::RedOp::kSum;
+  const void* sources[transport::shm::kBoardMaxMembers];
+  Status st;
+  switch (op.kind) {
+    case OpKind::kAllReduce:
+    case OpKind::kReduce:
+    case OpKind::kReduceScatter: {
+      if (op.kind == OpKind::kReduce && rank_ != op.root) break;
+      st = waitAll();
+      if (!st.isOk()) break;
+      const size_t at = op.kind == OpKind::kReduceScatter ? size_t(rank_) * bytes : 0;
+      for (int q = 0; q < n; ++q) sources[q] = board_.data(q, s) + at;
+      kernels::reduce(plain, recv, sources, n, nullptr, op.count, true);
+      break;
+    }
+    case OpKind::kAllGather:
+      for (int q = 0; q < n && st.isOk(); ++q) {
+        std::byte* dst = recv + size_t(q) * bytes;
+        if (q == rank_) {
+          if (dst != send) std::memcpy(dst, send, bytes);
+          continue;
+        }
+        st = waitFor(q, s, comm, op, seq);
+        if (st.isOk()) std::memcpy(dst, board_.data(q, s), bytes);
+      }
+      break;
+    case OpKind::kBroadcast:
+      if (rank_ == op.root) {
+        if (recv != send) std::memcpy(recv, send, bytes);
+      } else {
+        st = waitFor(op.root, s, comm, op, seq);
+        if (st.isOk()) std::memcpy(recv, board_.data(op.root, s), bytes);
+      }
+      break;
+    default: st = internalError("the latency path got " + opName(op, seq));
+  }
+  return st.isOk() ? st : fail(st);
+}
+
+}  // namespace loom::core

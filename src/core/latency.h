@@ -1,0 +1,62 @@
+// The latency path: small collectives of a communicator whose ranks all
+// share one host run on a shared-memory board (transport/shm/board.h), in
+// the calling thread. Each rank writes its contribution into its slot once
+// and reads its peers' straight from theirs: one exchange, no plan, no
+// connection, no system call unless a rank has to sleep. Reductions fold
+// the ranks' data in rank order, as the direct algorithms do, so results
+// are the same bits on every rank and as over the direct plans.
+//
+// Used for operations outside a group, in host mode, whose data fits a slot
+// and for which the cost model picks the direct algorithm (NCCL_ALGO can
+// exclude it); everything else runs plans.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <memory>
+
+#include "common/status.h"
+#include "common/time.h"
+#include "core/bootstrap.h"
+#include "core/op.h"
+#include "core/tuning.h"
+#include "transport/shm/board.h"
+
+namespace loom::core {
+
+class Communicator;
+
+class LatencyPath {
+ public:
+  // Collective over the bootstrap: every rank of the communicator calls it.
+  // Returns null on every rank when any rank could not set up the board
+  // (logged): the communicator then runs plans only.
+  // `tuning` decides up to which size each collective runs here.
+  static Result<std::unique_ptr<LatencyPath>> setup(Bootstrap& bootstrap, int rank, int nranks,
+                                                    const TuningContext& tuning, Deadline deadline,
+                                                    const std::atomic<bool>* abort);
+  // Whether `op` runs here: a collective whose data fits a slot, small
+  // enough that the cost model picks the direct algorithm for it.
+  bool takes(const OpDesc& op) const;
+  // Runs `op` (with its resolved reduction); every rank calls it for the
+  // same operation. An error names the communicator, the operation and the
+  // peer; the caller fails the communicator with it.
+  // `seq` is the communicator's operation number (for messages).
+  Status run(const OpDesc& op, uint64_t seq, Communicator& comm);
+  size_t slotBytes() const { return board_.slotBytes(); }
+
+ private:
+  LatencyPath(transport::shm::Board board, int rank, int nranks, const TuningContext& tuning);
+  // Waits until rank q has published `want`; bounded by the communicator's
+  // timeout, its abort flag and q's liveness.
+  Status waitFor(int q, uint64_t want, Communicator& comm, const OpDesc& op, uint64_t seq);
+
+  transport::shm::Board board_;
+  int rank_;
+  int nranks_;
+  uint64_t seq_ = 0;  // operations run on the board
+  // Per collective (collectiveIndex): the largest tuningBytes() run here.
+  std::array<size_t, kCollectiveCount> maxBytes_{};
+};
+
+}  // namespace loom::core

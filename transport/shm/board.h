@@ -1,0 +1,116 @@
+// The board: one shared-memory segment that every rank of a host-local
+// group maps, for operations small enough to finish in one exchange.
+//
+// Each member has a sequence word on a cache line of its own and two data
+// slots used alternately (operation s uses slot s % 2). A member writes its
+// data for operation s into its slot, then publishes s; readers wait until
+// a member's sequence reaches s and read the slot. A member publishes s only
+// after it finished operation s-1, so once every member has published s-1,
+// nobody reads the slot of s-2 any more and it can be reused for s
+// (waitFree). No system call on the fast path: publishing is a store,
+// waiting is a spin on a cache line. A waiter that runs out of spins sleeps
+// on a futex on the word's low half (FUTEX_WAIT on shared memory), and a
+// publisher calls FUTEX_WAKE only when it sees a sleeper.
+//
+// Setup: the leader create()s the segment (a sealed memfd, nothing in
+// /dev/shm) and ships describe() to the members, which open() it through
+// /proc/<pid>/fd (same user and PID namespace, like the shm transport);
+// each member then join()s, which records its pid. Afterwards the leader may
+// closeShared(): the mappings stay valid whoever exits first.
+//
+// Liveness: a member that dies never publishes again. alive() polls a pidfd
+// per member (opened by watchMembers()), so a waiter can tell a dead member
+// from a slow one.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+#include <vector>
+
+#include "common/status.h"
+#include "transport/net/socket.h"
+#include "transport/shm/inbox.h"
+
+namespace loom::transport::shm {
+
+struct BoardDescriptor {
+  uint64_t magic = 0;  // kBoardDescriptorMagic
+  uint64_t nonce = 0;
+  uint64_t bytes = 0;      // size of the memfd
+  uint64_t slotBytes = 0;  // data bytes per slot
+  int32_t pid = 0;         // the leader, holding `memfd`
+  int32_t memfd = -1;
+  int32_t members = 0;
+  uint32_t version = 0;
+};
+static_assert(sizeof(BoardDescriptor) == 48, "BoardDescriptor must keep its 48-byte layout");
+static_assert(std::is_trivially_copyable_v<BoardDescriptor>);
+inline constexpr uint64_t kBoardDescriptorMagic = 0x6472616F426D6F4CULL;  // "LomBoard"
+inline constexpr int kBoardMaxMembers = 64;
+
+class Board {
+ public:
+  Board() = default;
+  // A member that joined leaves when its board is destroyed: waiters for
+  // it see closed() instead of waiting for ever.
+  ~Board() { leave(); }
+  Board(Board&& other) noexcept { *this = std::move(other); }
+  Board& operator=(Board&& other) noexcept;
+
+  // The leader: a board for `members` members with `slotBytes` (a multiple
+  // of 4096) of data per slot.
+  static Result<Board> create(int members, size_t slotBytes);
+  // A member: opens and checks the board `d` describes.
+  static Result<Board> open(const BoardDescriptor& d);
+  BoardDescriptor describe() const;
+  // Records this process as member `member` (for watchMembers()).
+  void join(int member);
+  // Member `m` left the board (its communicator is gone) or exited.
+  bool closed(int m) const { return line(m)->closed.load(std::memory_order_acquire) != 0 || !alive(m); }
+  // The leader, once every member has opened the board.
+  void closeShared() { memfd_.reset(); }
+  // Opens a pidfd for every member that joined (after all did): alive()
+  // can then tell when one has exited.
+  void watchMembers();
+  // False when member `m`'s process has exited (pidfds only; true when
+  // none could be opened).
+  bool alive(int m) const;
+
+  bool valid() const { return map_.get() != nullptr; }
+  int members() const { return members_; }
+  size_t slotBytes() const { return slotBytes_; }
+  std::byte* data(int member, uint64_t seq) const {
+    return static_cast<std::byte*>(map_.get()) + dataOffset_ + (size_t(member) * 2 + size_t(seq % 2)) * slotBytes_;
+  }
+  // Member `member` finished writing its data for operation `seq`.
+  void publish(int member, uint64_t seq) const;
+  uint64_t seen(int member) const { return line(member)->seq.load(std::memory_order_acquire); }
+  // Waits until member `m` has published `want`: spins `spins` rounds, then
+  // sleeps on the futex for at most `sleepMs`. False when it has not yet.
+  bool wait(int m, uint64_t want, int spins, int sleepMs) const;
+
+ private:
+  struct alignas(64) Line {
+    std::atomic<uint64_t> seq;      // last operation published; its low half is the futex word
+    std::atomic<uint32_t> waiters;  // members sleeping on it
+    std::atomic<int32_t> pid;       // the member's process (join)
+    std::atomic<uint32_t> closed;   // 1: the member left
+  };
+  static_assert(std::atomic<uint64_t>::is_always_lock_free);
+  void leave();
+  Line* line(int m) const { return reinterpret_cast<Line*>(static_cast<std::byte*>(map_.get()) + kPageBytes) + m; }
+
+  Mapping map_;
+  int members_ = 0;
+  size_t slotBytes_ = 0;
+  size_t dataOffset_ = 0;
+  uint64_t nonce_ = 0;
+  int32_t leaderPid_ = 0;
+  int member_ = -1;  // this process's place, once joined
+  net::UniqueFd memfd_;  // the leader's, until closeShared()
+  std::vector<net::UniqueFd> pidfds_;
+};
+
+}  // namespace loom::transport::shm
