@@ -398,7 +398,8 @@ void Communicator::scheduleFromTable() {
   for (int r = 0; r < nranks_; ++r) local += bootstrap_->peer(r).hostHash == bootstrap_->peer(rank_).hostHash;
   cpu_set_t cpus;
   const int cores = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
-  spinRounds_ = local <= cores ? kDedicatedSpinRounds : kSharedSpinRounds;
+  cpusShared_ = local > cores;
+  spinRounds_ = cpusShared_ ? kSharedSpinRounds : kDedicatedSpinRounds;
   const wire::RankInfo& me = bootstrap_->peer(rank_);
   int firstLocal = rank_;
   for (int r = 0; r < nranks_; ++r) {

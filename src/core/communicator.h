@@ -233,6 +233,8 @@ class Communicator {
   // they share (a spinning rank then takes the CPU its peer needs). Set at
   // init.
   int spinRounds() const { return spinRounds_; }
+  // True when this host's ranks outnumber the CPUs this process may use.
+  bool cpusShared() const { return cpusShared_; }
   // The shared-memory board for small collectives, or null (use under opMutex).
   LatencyPath* latencyPath() { return latency_.get(); }
   // Plans of earlier collectives (use under opMutex).
@@ -299,6 +301,7 @@ class Communicator {
   std::vector<std::vector<int>> rings_;
   TuningContext tuning_;
   int spinRounds_ = 64;
+  bool cpusShared_ = false;
   PlanCache planCache_;
   std::unique_ptr<LatencyPath> latency_;
   int rank_ = 0;

@@ -16,7 +16,6 @@ constexpr size_t kMaxSlotBytes = size_t(64) << 10;
 constexpr size_t kBoardBudget = size_t(4) << 20;
 constexpr int kYields = 32;  // after the spins, before sleeping
 constexpr int kSharedYields = 2000;  // ranks share CPUs: yield instead of spinning
-constexpr int kSharedSpinRounds = 64;  // Communicator::spinRounds() when ranks share CPUs
 constexpr int kSleepMs = 10;
 
 size_t slotBytesFor(int nranks) {
@@ -94,7 +93,7 @@ Status LatencyPath::waitFor(int q, uint64_t want, Communicator& comm, const OpDe
   // Every rank has a CPU: spin (pause-spins cost a fraction of an engine
   // round). Ranks share CPUs: the one we wait for may be waiting for ours,
   // so hand it over at once.
-  const bool dedicated = comm.spinRounds() > kSharedSpinRounds;
+  const bool dedicated = !comm.cpusShared();
   if (dedicated && board_.wait(q, want, comm.spinRounds() * 8, 0)) return Status::ok();
   for (int i = 0; i < (dedicated ? kYields : kSharedYields); ++i) {
     sched_yield();

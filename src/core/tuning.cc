@@ -11,22 +11,24 @@ constexpr const char* kCollectiveNames[kCollectiveCount] = {"allreduce", "allgat
                                                           "reduce"};
 
 // The cost table: alpha (microseconds per sequential hop), per-message
-// overhead, beta (microseconds per byte a rank sends). Measured with the
+// overhead, beta (microseconds per byte a rank sends) and the cost of a
+// byte read by a reduction. Measured with the
 // perf tools on 2-core hosts (shared memory) and over veth between network
 // namespaces (network); see bench/compare_algorithms.py.
 struct LinkCost {
   double hopUs;
   double messageUs;
-  double usPerByte;
+  double usPerByte;        // sent
+  double usPerFoldedByte;  // read by a reduction
 };
 constexpr LinkCost kCosts[] = {
-    {2.0, 0.3, 1.0 / 4000},  // shared memory
-    {30.0, 2.0, 1.0 / 1000},  // network
+    {2.0, 0.3, 1.0 / 4000, 1.0 / 8000},   // shared memory
+    {30.0, 2.0, 1.0 / 1000, 1.0 / 8000},  // network
 };
 
-// Largest message a reducing one-shot step folds from each peer: its fan-in
-// stages one message per peer at once.
-constexpr size_t kDirectFoldMaxBytes = size_t(4) << 20;
+// Largest message of a one-shot algorithm: its messages are not pipelined
+// (the ring's are), and a fan-in stages one message per peer at once.
+constexpr size_t kDirectMaxMessageBytes = size_t(4) << 20;
 // Fan-in steps stage every source in a slot of their own (core/executor.h).
 constexpr int kDirectMaxRanks = 48;
 
@@ -110,16 +112,14 @@ AlgoFilter AlgoFilter::parse(std::string_view text, std::vector<std::string>* wa
     if (exclude) section.remove_prefix(1);
     uint8_t mask = parseList(section, warnings);
     if (exclude) mask = uint8_t(kAll & ~mask);
+    std::string emptied;
     for (int i = 0; i < kCollectiveCount; ++i) {
       if (only >= 0 && i != only) continue;
-      if (mask == 0) {
-        warnings->push_back(std::string("NCCL_ALGO leaves ") + kCollectiveNames[i] +
-                            " no algorithm loom has; it keeps all of them");
-        f.allowed_[size_t(i)] = kAll;
-      } else {
-        f.allowed_[size_t(i)] = mask;
-      }
+      f.allowed_[size_t(i)] = mask ? mask : kAll;
+      if (!mask) emptied += std::string(emptied.empty() ? "" : ", ") + kCollectiveNames[i];
     }
+    if (!emptied.empty())
+      warnings->push_back("NCCL_ALGO leaves " + emptied + " no algorithm loom has; they keep all of them");
   }
   return f;
 }
@@ -140,10 +140,11 @@ std::string cannotRun(Algorithm a, OpKind kind, size_t bytes, const TuningContex
   // kDirect
   if (ctx.device) return "direct runs on host buffers only (its fan-in steps)";
   if (ctx.nranks > kDirectMaxRanks) return "direct runs up to " + std::to_string(kDirectMaxRanks) + " ranks";
-  const bool folds = kind == OpKind::kAllReduce || kind == OpKind::kReduce || kind == OpKind::kReduceScatter;
-  const size_t perPeer = kind == OpKind::kReduceScatter ? bytes / size_t(std::max(1, ctx.nranks)) : bytes;
-  if (folds && perPeer > kDirectFoldMaxBytes)
-    return "direct stages one message per peer; above " + std::to_string(kDirectFoldMaxBytes >> 20) + " MiB each it would take too much memory";
+  const size_t perPeer =
+      kind == OpKind::kReduceScatter || kind == OpKind::kAllGather ? bytes / size_t(std::max(1, ctx.nranks)) : bytes;
+  if (perPeer > kDirectMaxMessageBytes)
+    return "direct sends each message whole, unpipelined, and its folds stage one per peer: it runs messages up to " +
+           std::to_string(kDirectMaxMessageBytes >> 20) + " MiB";
   return "";
 }
 
@@ -151,35 +152,39 @@ double estimateUs(Algorithm a, OpKind kind, size_t bytes, const TuningContext& c
   const LinkCost& c = kCosts[int(ctx.links)];
   const double n = double(std::max(1, ctx.nranks)), s = double(bytes);
   if (n == 1) return c.messageUs + s * c.usPerByte;
-  double hops = 0, messages = 0, sent = 0;  // sequential hops; messages and bytes one rank sends
+  // Sequential hops; messages, bytes sent and bytes folded by the busiest rank.
+  double hops = 0, messages = 0, sent = 0, folded = 0;
   const bool ring = a == Algorithm::kRing;
   switch (kind) {
     case OpKind::kAllReduce:
-      hops = ring ? 2 * (n - 1) : 2;
+      hops = ring ? 2 * (n - 1) : 1;
       messages = ring ? 2 * (n - 1) : n - 1;
       sent = ring ? 2 * (n - 1) / n * s : (n - 1) * s;
+      folded = ring ? 2 * (n - 1) / n * s : n * s;
       break;
-    case OpKind::kAllGather:
     case OpKind::kReduceScatter:
-      hops = ring ? n - 1 : 2;
+    case OpKind::kAllGather:
+      hops = ring ? n - 1 : 1;
       messages = n - 1;
       sent = (n - 1) / n * s;
+      folded = kind == OpKind::kReduceScatter ? (ring ? 2 * (n - 1) / n * s : s) : 0;
       break;
     case OpKind::kBroadcast:
     case OpKind::kReduce:
       hops = ring ? n - 1 : 1;
       messages = ring ? 1 : n - 1;
       sent = ring ? s : (n - 1) * s;  // the busiest rank: the root of a direct one
+      folded = kind == OpKind::kReduce ? (ring ? 2 * s : n * s) : 0;
       break;
     default: return std::numeric_limits<double>::infinity();
   }
-  return hops * c.hopUs + messages * c.messageUs + sent * c.usPerByte;
+  return hops * c.hopUs + messages * c.messageUs + sent * c.usPerByte + folded * c.usPerFoldedByte;
 }
 
 Choice choose(OpKind kind, size_t bytes, const TuningContext& ctx) {
   Choice best{Algorithm::kRing, std::numeric_limits<double>::infinity()};
-  for (int i = 0; i < kAlgorithmCount; ++i) {
-    const Algorithm a = Algorithm(i);
+  // On a tie the one-shot algorithm wins (on one host it runs on the board).
+  for (Algorithm a : {Algorithm::kDirect, Algorithm::kRing}) {
     if (!ctx.filter.allows(kind, a) || !cannotRun(a, kind, bytes, ctx).empty()) continue;
     const double t = estimateUs(a, kind, bytes, ctx);
     if (t < best.estimateUs) best = Choice{a, t};

@@ -70,21 +70,26 @@ class FailureTest : public RankProcessTest {
 };
 
 // (nranks, transport): "shm" is the default on one host; "tcp" disables
-// shared memory so the sockets path is tested too.
+// shared memory so the sockets path is tested too; "board" is shm with
+// vectors small enough for the latency path (core/latency.h).
 class KillRank : public FailureTest, public ::testing::WithParamInterface<std::tuple<int, std::string>> {};
 
 TEST_P(KillRank, EverySurvivorGetsRemoteErrorNamingTheLostRank) {
   const int n = std::get<0>(GetParam());
   const bool tcp = std::get<1>(GetParam()) == "tcp";
+  const bool board = std::get<1>(GetParam()) == "board";
   std::random_device rd;
   const unsigned seed = rd();
   const int victim = int(seed % unsigned(n));
-  const int killStep = int((seed >> 8) % 25);
+  int killStep = int((seed >> 8) % 25);
+  // The loop's steps cycle AllReduce, AllGather, Broadcast, ReduceScatter,
+  // send/recv: for the board, the survivors' next step needs every rank.
+  if (board) killStep = killStep / 5 * 5 + (killStep % 3 == 2 ? 3 : killStep % 3);
   SCOPED_TRACE("nranks " + std::to_string(n) + ", rank " + std::to_string(victim) + " killed before step " +
                std::to_string(killStep) + " (seed " + std::to_string(seed) + ")");
   for (int r = 0; r < n; ++r) {
     spawn({"loop", "rank=" + std::to_string(r), "nranks=" + std::to_string(n), "victim=" + std::to_string(victim),
-           "kill_step=" + std::to_string(killStep), "count=8192", "limit_s=90"},
+           "kill_step=" + std::to_string(killStep), board ? "count=16" : "count=8192", "limit_s=90"},
           commEnv({tcp ? "NCCL_SHM_DISABLE=1" : "NCCL_SHM_DISABLE=0"}));
   }
   ChildProcess& dead = *kids_[size_t(victim)];
@@ -104,10 +109,15 @@ TEST_P(KillRank, EverySurvivorGetsRemoteErrorNamingTheLostRank) {
         << "rank " << r << "'s ncclGetLastError does not name the lost rank " << victim << " (pid " << victimPid
         << "): " << error;
     EXPECT_NE(out.find("ABORTED"), std::string::npos) << "rank " << r << ": ncclCommAbort did not return:\n" << out;
+    // The board saw the victim's process end (its pidfd), or a peer said so.
+    if (board) {
+      EXPECT_NE(error.find("exited during"), std::string::npos) << "rank " << r << ": " << error;
+    }
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Ranks, KillRank, ::testing::Combine(::testing::Values(3, 5), ::testing::Values("shm", "tcp")),
+INSTANTIATE_TEST_SUITE_P(Ranks, KillRank,
+                         ::testing::Combine(::testing::Values(3, 5), ::testing::Values("shm", "tcp", "board")),
                          [](const ::testing::TestParamInfo<KillRank::ParamType>& info) {
                            return "n" + std::to_string(std::get<0>(info.param)) + "_" + std::get<1>(info.param);
                          });

@@ -1,0 +1,101 @@
+// The algorithm choice (core/tuning.h): NCCL_ALGO's syntax, what each
+// algorithm can run, and the cost model's picks at both ends of the sizes.
+#include <gtest/gtest.h>
+
+#include "core/tuning.h"
+
+namespace loom::core {
+namespace {
+
+AlgoFilter parse(const char* text, std::vector<std::string>* warnings = nullptr) {
+  std::vector<std::string> local;
+  return AlgoFilter::parse(text, warnings ? warnings : &local);
+}
+
+TEST(AlgoFilter, EmptyAllowsEverything) {
+  const AlgoFilter f = parse("");
+  for (OpKind k : {OpKind::kAllReduce, OpKind::kBroadcast, OpKind::kReduceScatter})
+    for (Algorithm a : {Algorithm::kRing, Algorithm::kDirect}) EXPECT_TRUE(f.allows(k, a));
+}
+
+TEST(AlgoFilter, ListsExclusionsAndSections) {
+  AlgoFilter f = parse("Ring");
+  EXPECT_TRUE(f.allows(OpKind::kAllReduce, Algorithm::kRing));
+  EXPECT_FALSE(f.allows(OpKind::kAllReduce, Algorithm::kDirect));
+  f = parse("^direct");
+  EXPECT_TRUE(f.allows(OpKind::kAllGather, Algorithm::kRing));
+  EXPECT_FALSE(f.allows(OpKind::kAllGather, Algorithm::kDirect));
+  f = parse("allreduce:direct; broadcast:ring");
+  EXPECT_FALSE(f.allows(OpKind::kAllReduce, Algorithm::kRing));
+  EXPECT_TRUE(f.allows(OpKind::kAllReduce, Algorithm::kDirect));
+  EXPECT_FALSE(f.allows(OpKind::kBroadcast, Algorithm::kDirect));
+  EXPECT_TRUE(f.allows(OpKind::kReduce, Algorithm::kDirect));  // untouched
+  f = parse("CHAIN,Direct");
+  EXPECT_TRUE(f.allows(OpKind::kReduce, Algorithm::kRing));
+  EXPECT_TRUE(f.allows(OpKind::kReduce, Algorithm::kDirect));
+  EXPECT_FALSE(f.allows(OpKind::kSend, Algorithm::kRing));  // no algorithms for point-to-point
+}
+
+TEST(AlgoFilter, ForeignAndUnknownNamesWarnAndKeepSomething) {
+  std::vector<std::string> warnings;
+  AlgoFilter f = parse("Tree", &warnings);
+  ASSERT_EQ(warnings.size(), 2u);
+  EXPECT_NE(warnings[0].find("no tree"), std::string::npos) << warnings[0];
+  EXPECT_NE(warnings[1].find("allreduce, allgather"), std::string::npos) << warnings[1];
+  EXPECT_TRUE(f.allows(OpKind::kAllReduce, Algorithm::kRing));  // nothing usable named: all kept
+  warnings.clear();
+  f = parse("Ring,bogus;sendrecv:ring", &warnings);
+  ASSERT_EQ(warnings.size(), 2u);
+  EXPECT_NE(warnings[0].find("'bogus'"), std::string::npos) << warnings[0];
+  EXPECT_NE(warnings[1].find("'sendrecv'"), std::string::npos) << warnings[1];
+  EXPECT_FALSE(f.allows(OpKind::kAllReduce, Algorithm::kDirect));
+}
+
+TuningContext shm(int n) {
+  TuningContext c;
+  c.nranks = n;
+  return c;
+}
+
+TEST(Tuning, DirectForSmallRingForLarge) {
+  for (int n : {2, 4, 8})
+    for (OpKind k : {OpKind::kAllReduce, OpKind::kAllGather, OpKind::kReduceScatter, OpKind::kBroadcast, OpKind::kReduce}) {
+      EXPECT_EQ(choose(k, 8 * size_t(n), shm(n)).algorithm, Algorithm::kDirect) << opKindName(k) << " n=" << n;
+      EXPECT_EQ(choose(k, size_t(256) << 20, shm(n)).algorithm, Algorithm::kRing) << opKindName(k) << " n=" << n;
+    }
+}
+
+TEST(Tuning, WhatAnAlgorithmCannotRunIsSkipped) {
+  TuningContext c = shm(4);
+  c.device = true;
+  EXPECT_FALSE(cannotRun(Algorithm::kDirect, OpKind::kAllReduce, 8, c).empty());
+  EXPECT_EQ(choose(OpKind::kAllReduce, 8, c).algorithm, Algorithm::kRing);
+  c = shm(64);
+  EXPECT_NE(cannotRun(Algorithm::kDirect, OpKind::kAllReduce, 8, c).find("ranks"), std::string::npos);
+  EXPECT_EQ(choose(OpKind::kAllReduce, 8, c).algorithm, Algorithm::kRing);
+  EXPECT_TRUE(cannotRun(Algorithm::kRing, OpKind::kAllReduce, 8, c).empty());
+  EXPECT_FALSE(cannotRun(Algorithm::kRing, OpKind::kSend, 8, c).empty());
+}
+
+TEST(Tuning, TheFilterOverridesTheModel) {
+  TuningContext c = shm(4);
+  c.filter = parse("ring");
+  EXPECT_EQ(choose(OpKind::kAllReduce, 8, c).algorithm, Algorithm::kRing);
+  c.filter = parse("allreduce:direct");
+  // Direct does not run 256 MiB messages: the filter allows nothing that can, so ring runs.
+  EXPECT_EQ(choose(OpKind::kAllReduce, size_t(256) << 20, c).algorithm, Algorithm::kRing);
+  EXPECT_EQ(choose(OpKind::kAllReduce, size_t(1) << 20, c).algorithm, Algorithm::kDirect);
+}
+
+TEST(Tuning, EstimatesGrowWithSizeAndTheNetworkCostsMore) {
+  TuningContext c = shm(4);
+  for (Algorithm a : {Algorithm::kRing, Algorithm::kDirect}) {
+    EXPECT_LT(estimateUs(a, OpKind::kAllReduce, 1024, c), estimateUs(a, OpKind::kAllReduce, 1 << 20, c));
+    TuningContext net = c;
+    net.links = LinkClass::kNetwork;
+    EXPECT_LT(estimateUs(a, OpKind::kAllReduce, 1024, c), estimateUs(a, OpKind::kAllReduce, 1024, net));
+  }
+}
+
+}  // namespace
+}  // namespace loom::core

@@ -1,0 +1,140 @@
+// The shared-memory board (transport/shm/board.h): opened through /proc by
+// a second mapping as another rank would, sequence words and slots seen on
+// both sides, sleeping waiters woken, members that leave or die seen, and
+// descriptors that do not describe the board refused.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "transport/shm/board.h"
+
+namespace loom::transport::shm {
+namespace {
+
+using namespace std::chrono_literals;
+
+TEST(Board, MembersSeeEachOthersSlotsAndSequences) {
+  auto leader = Board::create(3, 4096);
+  ASSERT_TRUE(leader.isOk()) << leader.status().message();
+  auto other = Board::open(leader->describe());
+  ASSERT_TRUE(other.isOk()) << other.status().message();
+  leader->join(0);
+  other->join(2);
+  EXPECT_EQ(other->members(), 3);
+  EXPECT_EQ(other->slotBytes(), 4096u);
+  // Distinct slots per member and per operation parity.
+  EXPECT_NE(leader->data(0, 1), leader->data(0, 2));
+  EXPECT_NE(leader->data(0, 1), leader->data(1, 1));
+  std::memcpy(other->data(2, 1), "hello", 6);
+  EXPECT_EQ(leader->seen(2), 0u);
+  other->publish(2, 1);
+  EXPECT_EQ(leader->seen(2), 1u);
+  EXPECT_TRUE(leader->wait(2, 1, 0, 0));
+  EXPECT_FALSE(leader->wait(2, 2, 10, 0));
+  EXPECT_STREQ(reinterpret_cast<const char*>(leader->data(2, 1)), "hello");
+  EXPECT_EQ(leader->data(2, 3), leader->data(2, 1));  // slots alternate
+  leader->closeShared();  // the mappings stay valid
+  other->publish(2, 2);
+  EXPECT_EQ(leader->seen(2), 2u);
+}
+
+TEST(Board, SleepingWaiterIsWokenByThePublisher) {
+  auto leader = Board::create(2, 4096);
+  ASSERT_TRUE(leader.isOk());
+  auto other = Board::open(leader->describe());
+  ASSERT_TRUE(other.isOk());
+  std::atomic<bool> woke{false};
+  const auto start = std::chrono::steady_clock::now();
+  std::thread waiter([&] { woke = leader->wait(1, 5, 0, 5000); });
+  std::this_thread::sleep_for(50ms);
+  EXPECT_FALSE(woke.load());
+  other->publish(1, 5);
+  waiter.join();
+  EXPECT_TRUE(woke.load());
+  // Woken by the futex, not by the 5 s sleep running out.
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 3s);
+  // A timed-out sleep says so.
+  EXPECT_FALSE(leader->wait(1, 6, 0, 20));
+}
+
+TEST(Board, MemberThatLeavesIsClosedAndWakesItsWaiters) {
+  auto leader = Board::create(2, 4096);
+  ASSERT_TRUE(leader.isOk());
+  leader->join(0);
+  std::atomic<bool> sawPublish{true};
+  {
+    auto other = Board::open(leader->describe());
+    ASSERT_TRUE(other.isOk());
+    other->join(1);
+    EXPECT_FALSE(leader->closed(1));
+    std::thread waiter([&] { sawPublish = leader->wait(1, 1, 0, 5000); });
+    std::this_thread::sleep_for(50ms);
+    // `other` is destroyed here: member 1 leaves.
+    other = Result<Board>(internalError("gone"));
+    waiter.join();
+  }
+  EXPECT_FALSE(sawPublish.load());
+  EXPECT_TRUE(leader->closed(1));
+  EXPECT_FALSE(leader->closed(0));
+}
+
+TEST(Board, MemberProcessThatDiesIsClosed) {
+  auto leader = Board::create(2, 4096);
+  ASSERT_TRUE(leader.isOk());
+  leader->join(0);
+  const BoardDescriptor d = leader->describe();
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    auto mine = Board::open(d);
+    if (!mine.isOk()) _exit(2);
+    mine->join(1);
+    char c = 1;
+    if (write(ready[1], &c, 1) != 1) _exit(3);
+    pause();  // killed below, never leaves cleanly
+    _exit(0);
+  }
+  char c = 0;
+  ASSERT_EQ(read(ready[0], &c, 1), 1);
+  leader->watchMembers();
+  EXPECT_FALSE(leader->closed(1));
+  kill(child, SIGKILL);
+  int status = 0;
+  waitpid(child, &status, 0);
+  EXPECT_TRUE(leader->closed(1));
+  EXPECT_FALSE(leader->alive(1));
+  close(ready[0]);
+  close(ready[1]);
+}
+
+TEST(Board, ForeignDescriptorsAreRefused) {
+  auto leader = Board::create(2, 4096);
+  ASSERT_TRUE(leader.isOk());
+  BoardDescriptor d = leader->describe();
+  BoardDescriptor bad = d;
+  bad.nonce ^= 1;
+  EXPECT_FALSE(Board::open(bad).isOk());
+  bad = d;
+  bad.members = 3;  // the size no longer matches
+  EXPECT_FALSE(Board::open(bad).isOk());
+  bad = d;
+  bad.magic = 0;
+  EXPECT_FALSE(Board::open(bad).isOk());
+  bad = d;
+  bad.memfd = 0;  // stdin is not the board
+  EXPECT_FALSE(Board::open(bad).isOk());
+  EXPECT_FALSE(Board::create(0, 4096).isOk());
+  EXPECT_FALSE(Board::create(2, 100).isOk());
+  EXPECT_FALSE(Board::create(kBoardMaxMembers + 1, 4096).isOk());
+}
+
+}  // namespace
+}  // namespace loom::transport::shm
