@@ -1,22 +1,28 @@
 #!/usr/bin/env python3
-"""Side-by-side AllReduce: loom's all_reduce_perf against Open MPI's MPI_Allreduce.
+"""Side-by-side collectives: loom's perf tools against Open MPI.
 
 Runs the two alternately (A B A B ..., --rounds rounds) on the same sizes and
-rank counts, float sum, both timed the nccl-tests way, and prints per size
+rank counts, floats (sum), both timed the nccl-tests way, and prints per size
 the median ratio loom/MPI of bus bandwidth and of time, in-place against
 in-place and out-of-place against out-of-place. Ratios > 1 for busbw (and
 < 1 for time) mean loom is faster. The first round also checks loom's
-results (all_reduce_perf -c 1, which fails the script on a wrong value);
-later rounds only time, since building the check data costs more than the
-collectives themselves.
+results (-c 1, which fails the script on a wrong value); later rounds only
+time, since building the check data costs more than the collectives
+themselves. --coll picks the collectives: allreduce (all_reduce_perf
+against MPI_Allreduce), broadcast (MPI_Bcast), allgather (MPI_Allgather),
+reducescatter (MPI_Reduce_scatter_block); sizes mean what they mean in
+nccl-tests (AllGather: the output, ReduceScatter: the input).
 
 Both programs move their buffers between calls the way nccl-tests does
 (call i uses offset (i % (max/size)) * size of a max-sized buffer), so a
 small size is timed on data the previous call did not leave in the caches.
 --hot runs every size on its own instead (-b = -e), which keeps the buffers
-in place: the cache-resident case.
+in place: the cache-resident case. --sizes lists the sizes to run that way
+(min: the smallest with a 16-byte block per rank, nccl-tests' alignment),
+with iterations scaled to the size (-n is then the least).
 
   bench/compare_openmpi.py --build build --ranks 2,4 -b 1M -e 256M --rounds 3
+  bench/compare_openmpi.py --coll allreduce,broadcast --ranks 2,4 --sizes min,64K,1M
 
 Needs Debian's openmpi-bin and libopenmpi-dev (installed with apt-get when
 run as root and missing). Open MPI runs with its shared-memory transport
@@ -46,9 +52,18 @@ def ensure_mpi():
                     "libopenmpi-dev"], check=True, env=dict(os.environ, DEBIAN_FRONTEND="noninteractive"))
 
 
+# --coll name: (loom perf tool, mpi_coll_perf -o name)
+COLLECTIVES = {
+    "allreduce": ("all_reduce_perf", "allreduce"),
+    "broadcast": ("broadcast_perf", "bcast"),
+    "allgather": ("all_gather_perf", "allgather"),
+    "reducescatter": ("reduce_scatter_perf", "reducescatter"),
+}
+
+
 def build_mpi(build):
-    exe = os.path.join(build, "bin", "mpi_allreduce_perf")
-    src = os.path.join(HERE, "mpi", "mpi_allreduce_perf.c")
+    exe = os.path.join(build, "bin", "mpi_coll_perf")
+    src = os.path.join(HERE, "mpi", "mpi_coll_perf.c")
     if not os.path.exists(exe) or os.path.getmtime(exe) < os.path.getmtime(src):
         subprocess.run(["mpicc", "-O2", "-o", exe, src], check=True)
     return exe
@@ -105,19 +120,46 @@ def run(cmd, env=None):
     return p.stdout
 
 
+def size_ranges(args, coll, n):
+    """[(b, e, iters)] for one collective on n ranks."""
+    if args.sizes:
+        out = []
+        for text in args.sizes.split(","):
+            size = 16 * n if text == "min" and coll in ("allgather", "reducescatter") else (
+                8 if text == "min" else parse_size(text))
+            # Enough calls to time small sizes (at least -n).
+            iters = max(int(args.n), min(20000, (1 << 26) // max(size, 1)))
+            out.append((str(size), str(size), str(iters)))
+        return out
+    if args.hot:
+        out = []
+        size, end = parse_size(args.b), parse_size(args.e)
+        while size <= end:
+            out.append((str(size), str(size), args.n))
+            size *= 2
+        return out
+    return [(args.b, args.e, args.n)]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default=os.path.join(HERE, "..", "build"))
     ap.add_argument("--ranks", default="2,4")
+    ap.add_argument("--coll", default="allreduce", help="comma-separated: " + ", ".join(COLLECTIVES))
     ap.add_argument("-b", default="1M")
     ap.add_argument("-e", default="256M")
     ap.add_argument("-n", default="20", help="timed iterations per size")
     ap.add_argument("-w", default="2", help="warm-up iterations per size")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--hot", action="store_true", help="one run per size: buffers stay in place (cache-hot)")
+    ap.add_argument("--sizes", help="comma-separated sizes, each run on its own (hot); 'min' = smallest")
     ap.add_argument("--plot", metavar="PNG", help="also draw busbw and time against size to this PNG")
     ap.add_argument("--plot-inplace", action="store_true", help="draw the in-place columns")
     args = ap.parse_args()
+    colls = [c.strip() for c in args.coll.split(",") if c.strip()]
+    for c in colls:
+        if c not in COLLECTIVES:
+            sys.exit("compare_openmpi: unknown collective %r (use %s)" % (c, ", ".join(COLLECTIVES)))
     perf_plot = None
     if args.plot:
         perf_plot = load_perf_plot()
@@ -126,47 +168,48 @@ def main():
     ensure_mpi()
     mpi_exe = build_mpi(build)
     loomrun = os.path.join(build, "bin", "loomrun")
-    perf = os.path.join(build, "bin", "all_reduce_perf")
     mpi_env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-    ranges = [(args.b, args.e)]
-    if args.hot:
-        ranges = []
-        size, end = parse_size(args.b), parse_size(args.e)
-        while size <= end:
-            ranges.append((str(size), str(size)))
-            size *= 2
+    hot = bool(args.hot or args.sizes)
     results = []
-    for n in [int(x) for x in args.ranks.split(",")]:
-        loom_runs, mpi_runs = [], []
-        for r in range(args.rounds):
-            loom, mpi = {}, {}
-            for b, e in ranges:
-                loom.update(parse(run([loomrun, "-n", str(n), perf, "-b", b, "-e", e, "-f", "2", "-n", args.n,
-                                       "-w", args.w, "-c", "1" if r == 0 else "0"]), ROW))
-                mpi.update(parse(run(["mpirun", "--oversubscribe", "--allow-run-as-root", "-np", str(n),
-                                      "--mca", "btl", "self,vader", "--mca", "pml", "ob1",
-                                      mpi_exe, "-b", b, "-e", e, "-f", "2", "-n", args.n,
-                                      "-w", args.w], env=mpi_env), MPI_ROW))
-            loom_runs.append(loom)
-            mpi_runs.append(mpi)
-        results.append((n, [("loom", loom_runs), ("Open MPI", mpi_runs)]))
-        print("\n# %d ranks, float sum, %d rounds (A B alternating)%s; medians; ratio = loom / Open MPI" %
-              (n, args.rounds, ", hot buffers" if args.hot else ""))
-        print("#%11s  %9s %9s %7s %7s  %9s %9s %7s %7s" % ("size(B)", "loom oop", "mpi oop", "busbw", "time",
-                                                         "loom ip", "mpi ip", "busbw", "time"))
-        for size in sorted(loom_runs[0]):
-            if not all(size in x for x in loom_runs + mpi_runs):
-                continue
-            med = lambda runs, key: statistics.median(x[size][key] for x in runs)
-            ratio = lambda a, b: statistics.median(la[size][a] / mb[size][a] for la, mb in zip(loom_runs, mpi_runs)
-                                                   if mb[size][a] > 0)
-            print("%12d  %9.2f %9.2f %7.2f %7.2f  %9.2f %9.2f %7.2f %7.2f" % (
-                size, med(loom_runs, "oop_bus"), med(mpi_runs, "oop_bus"), ratio("oop_bus", None),
-                ratio("oop_us", None), med(loom_runs, "ip_bus"), med(mpi_runs, "ip_bus"),
-                ratio("ip_bus", None), ratio("ip_us", None)))
+    for coll in colls:
+        tool, mpi_name = COLLECTIVES[coll]
+        perf = os.path.join(build, "bin", tool)
+        for n in [int(x) for x in args.ranks.split(",")]:
+            ranges = size_ranges(args, coll, n)
+            loom_runs, mpi_runs = [], []
+            for r in range(args.rounds):
+                loom, mpi = {}, {}
+                for b, e, iters in ranges:
+                    loom.update(parse(run([loomrun, "-n", str(n), perf, "-b", b, "-e", e, "-f", "2", "-n", iters,
+                                           "-w", args.w, "-c", "1" if r == 0 else "0"]), ROW))
+                    mpi.update(parse(run(["mpirun", "--oversubscribe", "--allow-run-as-root", "-np", str(n),
+                                          "--mca", "btl", "self,vader", "--mca", "pml", "ob1",
+                                          mpi_exe, "-o", mpi_name, "-b", b, "-e", e, "-f", "2", "-n", iters,
+                                          "-w", args.w], env=mpi_env), MPI_ROW))
+                loom_runs.append(loom)
+                mpi_runs.append(mpi)
+            results.append((n, [("loom " + coll, loom_runs), ("Open MPI " + coll, mpi_runs)]))
+            print("\n# %s, %d ranks, float%s, %d rounds (A B alternating)%s; medians; ratio = loom / Open MPI" %
+                  (coll, n, " sum" if coll in ("allreduce", "reducescatter") else "", args.rounds,
+                   ", hot buffers" if hot else ""))
+            print("#%11s  %9s %9s %7s %7s  %9s %9s %7s %7s" % ("size(B)", "loom oop", "mpi oop", "busbw", "time",
+                                                             "loom ip", "mpi ip", "busbw", "time"))
+            print("#%11s  %9s %9s %7s %7s  %9s %9s %7s %7s" % ("", "us", "us", "ratio", "ratio",
+                                                             "us", "us", "ratio", "ratio"))
+            for size in sorted(loom_runs[0]):
+                if not all(size in x for x in loom_runs + mpi_runs):
+                    continue
+                med = lambda runs, key: statistics.median(x[size][key] for x in runs)
+                ratio = lambda a: statistics.median(la[size][a] / mb[size][a] for la, mb in zip(loom_runs, mpi_runs)
+                                                    if mb[size][a] > 0)
+                print("%12d  %9.2f %9.2f %7.2f %7.2f  %9.2f %9.2f %7.2f %7.2f" % (
+                    size, med(loom_runs, "oop_us"), med(mpi_runs, "oop_us"), ratio("oop_bus"),
+                    ratio("oop_us"), med(loom_runs, "ip_us"), med(mpi_runs, "ip_us"),
+                    ratio("ip_bus"), ratio("ip_us")))
+            sys.stdout.flush()
     if perf_plot:
-        title = "AllReduce float sum: loom vs Open MPI, medians of %d rounds%s" % (
-            args.rounds, ", hot buffers" if args.hot else "")
+        title = "%s, float: loom vs Open MPI, medians of %d rounds%s" % (
+            ", ".join(colls), args.rounds, ", hot buffers" if hot else "")
         perf_plot.draw(plot_series(perf_plot, results, args.plot_inplace), args.plot, args.plot_inplace, title)
         print("# wrote %s" % args.plot)
 
