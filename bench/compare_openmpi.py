@@ -200,8 +200,11 @@ def main():
                 if not all(size in x for x in loom_runs + mpi_runs):
                     continue
                 med = lambda runs, key: statistics.median(x[size][key] for x in runs)
-                ratio = lambda a: statistics.median(la[size][a] / mb[size][a] for la, mb in zip(loom_runs, mpi_runs)
-                                                    if mb[size][a] > 0)
+                def ratio(key):
+                    # Tiny sizes print a busbw of 0.00: no ratio then.
+                    vals = [la[size][key] / mb[size][key] for la, mb in zip(loom_runs, mpi_runs) if mb[size][key] > 0
+                            and la[size][key] > 0]
+                    return statistics.median(vals) if vals else float("nan")
                 print("%12d  %9.2f %9.2f %7.2f %7.2f  %9.2f %9.2f %7.2f %7.2f" % (
                     size, med(loom_runs, "oop_us"), med(mpi_runs, "oop_us"), ratio("oop_bus"),
                     ratio("oop_us"), med(loom_runs, "ip_us"), med(mpi_runs, "ip_us"),

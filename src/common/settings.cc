@@ -58,8 +58,13 @@ constexpr Spec kTable[] = {
      "1: collectives small enough (up to 64 KiB per rank) on communicators whose ranks all share "
      "one host run on a shared-memory board in the calling thread, one exchange with no system "
      "call, when the cost model picks the direct algorithm. 0: they run like larger ones."},
+    {"LOOM_DETERMINISTIC", T::kBool, "0", "TUNING",
+     "1: every reduction (AllReduce, ReduceScatter, Reduce) folds the ranks' values in rank order, "
+     "element by element in one fold, so its bits do not depend on the algorithm, the slicing, the "
+     "channels or where the ranks run: only direct and twoshot are used (not the ring), on host "
+     "buffers. NCCL has no such mode."},
     {"NCCL_ALGO", T::kString, "", "TUNING",
-     "Algorithms collectives may use: a comma-separated list (ring, direct; NCCL's Ring too), ^ to "
+     "Algorithms collectives may use: a comma-separated list (ring, direct, twoshot; NCCL's Ring too), ^ to "
      "exclude the listed ones, and per-collective sections such as "
      "'allreduce:direct;broadcast:ring'. Unset: the cost model picks per size. Names loom does not "
      "have (Tree, NVLS, ...) are ignored with a warning. loom-info --algos prints the choices."},

@@ -87,6 +87,7 @@ CommOptions CommOptions::fromSettings() {
   o.link.selection = transport::Selection::fromSettings();
   o.device = threadDevice().empty() ? cfg->getString("LOOM_DEVICE") : threadDevice();
   o.latencyPath = cfg->getBool("LOOM_LATENCY_PATH");
+  o.deterministic = cfg->getBool("LOOM_DETERMINISTIC");
   std::vector<std::string> warnings;
   o.algorithms = AlgoFilter::parse(cfg->getString("NCCL_ALGO"), &warnings);
   static std::once_flag warned;  // settings are read once per process
@@ -394,6 +395,7 @@ void Communicator::scheduleFromTable() {
                                                                                   : LinkClass::kSharedMemory;
   tuning_.device = mode_ == Mode::kCuda;
   tuning_.filter = options_.algorithms;
+  tuning_.deterministic = options_.deterministic;
   int local = 0;
   for (int r = 0; r < nranks_; ++r) local += bootstrap_->peer(r).hostHash == bootstrap_->peer(rank_).hostHash;
   cpu_set_t cpus;

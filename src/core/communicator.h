@@ -73,6 +73,8 @@ struct CommOptions {
   // Small collectives of single-host communicators on a shared-memory
   // board (LOOM_LATENCY_PATH; core/latency.h).
   bool latencyPath = true;
+  // Reductions fold in rank order whatever the algorithm (LOOM_DETERMINISTIC).
+  bool deterministic = false;
   // Filled from the settings; the API layer then applies ncclConfig_t.
   static CommOptions fromSettings();
 };

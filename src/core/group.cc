@@ -100,6 +100,11 @@ Result<std::shared_ptr<const CachedPlan>> collectivePlan(Communicator* comm, con
   const size_t bytes = tuningBytes(op.kind, op.count, kernels::dataTypeSize(op.type), ctx.nranks);
   auto made = std::make_shared<CachedPlan>();
   made->choice = choose(op.kind, bytes, ctx);
+  if (ctx.deterministic && isReducing(op.kind) && made->choice.algorithm == Algorithm::kRing) {
+    return invalidUsage(std::string("LOOM_DETERMINISTIC=1: no algorithm that folds in rank order can run this ") +
+                        opKindName(op.kind) + (ctx.device ? " on device buffers (host buffers only, for now)"
+                                                          : " on this many ranks (48 at most)"));
+  }
   params.algorithm = made->choice.algorithm;
   LOOM_ASSIGN_OR_RETURN(made->plan, planCollective(op, params));
   made->links = linksOf(made->plan);

@@ -11,7 +11,7 @@
 namespace loom::core {
 namespace {
 
-// Slots: 64 KiB each, less for many ranks (the board is 2 slots per rank).
+// Slots: 64 KiB each, less for many ranks (kBoardSlots per rank).
 constexpr size_t kMaxSlotBytes = size_t(64) << 10;
 constexpr size_t kBoardBudget = size_t(4) << 20;
 constexpr int kYields = 32;  // after the spins, before sleeping
@@ -19,7 +19,7 @@ constexpr int kSharedYields = 2000;  // ranks share CPUs: yield instead of spinn
 constexpr int kSleepMs = 10;
 
 size_t slotBytesFor(int nranks) {
-  size_t per = kBoardBudget / (2 * size_t(nranks));
+  size_t per = kBoardBudget / (size_t(transport::shm::kBoardSlots) * size_t(nranks));
   per = per / 4096 * 4096;
   return std::clamp<size_t>(per, 4096, kMaxSlotBytes);
 }
@@ -138,10 +138,14 @@ Status LatencyPath::run(const OpDesc& op, uint64_t seq, Communicator& comm) {
     if (st.code() == Code::kRemoteError && !comm.aborted()) st = comm.preferPeerReport(st);
     return Status(st.code(), comm.describe() + ": " + opName(op, seq) + " failed: " + st.message());
   };
-  // This rank's slot for s last held s-2: free once everyone published s-1.
-  for (int q = 0; q < n; ++q) {
-    if (q == rank_) continue;
-    if (Status st = waitFor(q, s - 1, comm, op, seq); !st.isOk()) return fail(st);
+  // This rank's slot for s last held s - kBoardSlots: free once everyone
+  // published the operation after that one.
+  constexpr uint64_t kSlots = transport::shm::kBoardSlots;
+  if (s > kSlots) {
+    for (int q = 0; q < n; ++q) {
+      if (q == rank_) continue;
+      if (Status st = waitFor(q, s - kSlots + 1, comm, op, seq); !st.isOk()) return fail(st);
+    }
   }
   const size_t es = kernels::dataTypeSize(op.type);
   const size_t bytes = op.count * es;

@@ -32,6 +32,7 @@ Range slice(Range part, size_t maxElems, size_t nslices, size_t s) {
 namespace {
 
 Result<Plan> planOneChannel(const OpDesc& op, const PlanParams& params) {
+  if (params.algorithm == Algorithm::kTwoShot && op.kind == OpKind::kAllReduce) return allReduceTwoShot(op, params);
   if (params.algorithm == Algorithm::kDirect) {
     switch (op.kind) {
       case OpKind::kAllReduce: return allReduceDirect(op, params);

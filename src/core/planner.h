@@ -41,6 +41,7 @@ Plan reduceScatterRing(const OpDesc& op, const PlanParams& p);
 Plan broadcastChain(const OpDesc& op, const PlanParams& p);
 Plan reduceChain(const OpDesc& op, const PlanParams& p);
 Plan allReduceDirect(const OpDesc& op, const PlanParams& p);
+Plan allReduceTwoShot(const OpDesc& op, const PlanParams& p);
 Plan allGatherDirect(const OpDesc& op, const PlanParams& p);
 Plan reduceScatterDirect(const OpDesc& op, const PlanParams& p);
 Plan broadcastDirect(const OpDesc& op, const PlanParams& p);

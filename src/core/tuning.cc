@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <limits>
 
 namespace loom::core {
@@ -26,9 +27,12 @@ constexpr LinkCost kCosts[] = {
     {30.0, 2.0, 1.0 / 1000, 1.0 / 8000},  // network
 };
 
-// Largest message of a one-shot algorithm: its messages are not pipelined
-// (the ring's are), and a fan-in stages one message per peer at once.
-constexpr size_t kDirectMaxMessageBytes = size_t(4) << 20;
+// Largest message of the one-shot algorithms that send each message whole
+// (AllReduce, AllGather, Broadcast): unpipelined, and an AllReduce's fan-in
+// stages one message per peer at once.
+constexpr size_t kDirectMaxMessageBytes = size_t(256) << 10;
+// The slice size the estimates assume (the default LOOM_CHUNK_BYTES).
+constexpr size_t kSliceBytes = size_t(512) << 10;
 // Fan-in steps stage every source in a slot of their own (core/executor.h).
 constexpr int kDirectMaxRanks = 48;
 
@@ -55,10 +59,11 @@ uint8_t parseList(std::string_view list, std::vector<std::string>* warnings) {
     if (name.empty()) continue;
     if (name == "ring" || name == "chain") mask |= 1u << int(Algorithm::kRing);
     else if (name == "direct") mask |= 1u << int(Algorithm::kDirect);
+    else if (name == "twoshot") mask |= 1u << int(Algorithm::kTwoShot);
     else if (name == "tree" || name == "collnetdirect" || name == "collnetchain" || name == "nvls" ||
              name == "nvlstree" || name == "pat")
       warnings->push_back("NCCL_ALGO: loom has no " + name + " algorithm; ignored");
-    else warnings->push_back("NCCL_ALGO: unknown algorithm '" + name + "' ignored (loom has ring, direct)");
+    else warnings->push_back("NCCL_ALGO: unknown algorithm '" + name + "' ignored (loom has ring, direct, twoshot)");
   }
   return mask;
 }
@@ -69,6 +74,7 @@ const char* algorithmName(Algorithm a) {
   switch (a) {
     case Algorithm::kRing: return "ring";
     case Algorithm::kDirect: return "direct";
+    case Algorithm::kTwoShot: return "twoshot";
   }
   return "?";
 }
@@ -136,15 +142,23 @@ size_t tuningBytes(OpKind kind, size_t count, size_t elemSize, int nranks) {
 
 std::string cannotRun(Algorithm a, OpKind kind, size_t bytes, const TuningContext& ctx) {
   if (collectiveIndex(kind) < 0) return std::string(opKindName(kind)) + " has no collective algorithms";
-  if (a == Algorithm::kRing) return "";
-  // kDirect
-  if (ctx.device) return "direct runs on host buffers only (its fan-in steps)";
-  if (ctx.nranks > kDirectMaxRanks) return "direct runs up to " + std::to_string(kDirectMaxRanks) + " ranks";
-  const size_t perPeer =
-      kind == OpKind::kReduceScatter || kind == OpKind::kAllGather ? bytes / size_t(std::max(1, ctx.nranks)) : bytes;
-  if (perPeer > kDirectMaxMessageBytes)
-    return "direct sends each message whole, unpipelined, and its folds stage one per peer: it runs messages up to " +
-           std::to_string(kDirectMaxMessageBytes >> 20) + " MiB";
+  const bool reducing = isReducing(kind);
+  if (a == Algorithm::kRing) {
+    if (ctx.deterministic && reducing) return "ring does not fold in rank order (LOOM_DETERMINISTIC=1)";
+    return "";
+  }
+  // The fan-in algorithms.
+  if (a == Algorithm::kTwoShot && kind != OpKind::kAllReduce) return "twoshot is an AllReduce";
+  if (ctx.device) return std::string(algorithmName(a)) + " runs on host buffers only (its fan-in steps)";
+  if (ctx.nranks > kDirectMaxRanks)
+    return std::string(algorithmName(a)) + " runs up to " + std::to_string(kDirectMaxRanks) + " ranks";
+  // Direct ReduceScatter and Reduce go slice by slice; the others send
+  // each message whole.
+  const bool whole = a == Algorithm::kDirect && kind != OpKind::kReduceScatter && kind != OpKind::kReduce;
+  const size_t perPeer = kind == OpKind::kAllGather ? bytes / size_t(std::max(1, ctx.nranks)) : bytes;
+  if (whole && perPeer > kDirectMaxMessageBytes)
+    return "direct sends each message whole, unpipelined: it runs messages up to " +
+           std::to_string(kDirectMaxMessageBytes >> 10) + " KiB (the ring pipelines larger ones)";
   return "";
 }
 
@@ -157,6 +171,18 @@ double estimateUs(Algorithm a, OpKind kind, size_t bytes, const TuningContext& c
   const bool ring = a == Algorithm::kRing;
   switch (kind) {
     case OpKind::kAllReduce:
+      if (a == Algorithm::kTwoShot) {
+        // Slices run one after another, two hops each.
+        // Slices run one after another, each an exchange every rank takes
+        // part in (n hops when ranks share CPUs), and they do not overlap:
+        // a quarter more per byte than the pipelined ring (measured).
+        const double slices = std::max(1.0, std::ceil(s / n / double(kSliceBytes)));
+        hops = n * slices;
+        messages = 2 * (n - 1) * slices;
+        sent = 1.25 * 2 * (n - 1) / n * s;
+        folded = s;
+        break;
+      }
       hops = ring ? 2 * (n - 1) : 1;
       messages = ring ? 2 * (n - 1) : n - 1;
       sent = ring ? 2 * (n - 1) / n * s : (n - 1) * s;
@@ -178,20 +204,37 @@ double estimateUs(Algorithm a, OpKind kind, size_t bytes, const TuningContext& c
       break;
     default: return std::numeric_limits<double>::infinity();
   }
+  // Direct ReduceScatter and Reduce go slice by slice, in lockstep like
+  // twoshot's slices; on 2-core hosts that costs them about half again as
+  // much per byte as the pipelined ring once there are several slices.
+  if (a == Algorithm::kDirect && (kind == OpKind::kReduceScatter || kind == OpKind::kReduce)) {
+    const double perPeer = kind == OpKind::kReduceScatter ? s / n : s;
+    const double slices = std::ceil(perPeer / double(kSliceBytes));
+    if (slices > 1) {
+      hops = n * slices;
+      messages *= slices;
+      sent *= 1.5;
+      folded *= 1.5;
+    }
+  }
   return hops * c.hopUs + messages * c.messageUs + sent * c.usPerByte + folded * c.usPerFoldedByte;
 }
 
 Choice choose(OpKind kind, size_t bytes, const TuningContext& ctx) {
   Choice best{Algorithm::kRing, std::numeric_limits<double>::infinity()};
-  // On a tie the one-shot algorithm wins (on one host it runs on the board).
-  for (Algorithm a : {Algorithm::kDirect, Algorithm::kRing}) {
-    if (!ctx.filter.allows(kind, a) || !cannotRun(a, kind, bytes, ctx).empty()) continue;
-    const double t = estimateUs(a, kind, bytes, ctx);
-    if (t < best.estimateUs) best = Choice{a, t};
+  // NCCL_ALGO first; when it allows nothing that can run, any algorithm.
+  for (bool filtered : {true, false}) {
+    // On a tie the one-shot algorithm wins (on one host it runs on the board).
+    for (Algorithm a : {Algorithm::kDirect, Algorithm::kTwoShot, Algorithm::kRing}) {
+      if ((filtered && !ctx.filter.allows(kind, a)) || !cannotRun(a, kind, bytes, ctx).empty()) continue;
+      const double t = estimateUs(a, kind, bytes, ctx);
+      if (t < best.estimateUs) best = Choice{a, t};
+    }
+    if (best.estimateUs != std::numeric_limits<double>::infinity()) return best;
   }
-  if (best.estimateUs == std::numeric_limits<double>::infinity())
-    best = Choice{Algorithm::kRing, estimateUs(Algorithm::kRing, kind, bytes, ctx)};
-  return best;
+  // Nothing can run it (a deterministic reduction on device buffers): the
+  // ring, which the caller refuses when it must be deterministic.
+  return Choice{Algorithm::kRing, estimateUs(Algorithm::kRing, kind, bytes, ctx)};
 }
 
 }  // namespace loom::core

@@ -22,9 +22,10 @@ namespace loom::core {
 enum class Algorithm : uint8_t {
   kRing,    // ring (AllReduce, AllGather, ReduceScatter); pipelined chain (Broadcast, Reduce)
   kDirect,  // one-shot: every rank exchanges with every other rank at once
+  kTwoShot,  // AllReduce: one-shot reduce-scatter, then one-shot all-gather
 };
-inline constexpr int kAlgorithmCount = 2;
-const char* algorithmName(Algorithm a);  // "ring", "direct"
+inline constexpr int kAlgorithmCount = 3;
+const char* algorithmName(Algorithm a);  // "ring", "direct", "twoshot"
 
 // The five collectives that have algorithms, as indices 0..4.
 inline constexpr int kCollectiveCount = 5;
@@ -38,7 +39,7 @@ const char* linkClassName(LinkClass c);
 // them instead; sections "collective:list" separated by ';' apply to one
 // collective each (allreduce, allgather, reducescatter, broadcast, reduce).
 // Names are case-insensitive: NCCL's Ring and loom's ring, chain (= ring),
-// direct. NCCL names loom does not have (Tree, CollnetDirect, CollnetChain,
+// direct, twoshot. NCCL names loom does not have (Tree, CollnetDirect, CollnetChain,
 // NVLS, NVLSTree, PAT) and unknown ones are ignored with a warning; a
 // collective left with no algorithm keeps all of them, with a warning.
 class AlgoFilter {
@@ -57,6 +58,10 @@ struct TuningContext {
   int nranks = 1;
   LinkClass links = LinkClass::kSharedMemory;  // the slowest class the ranks use
   bool device = false;                         // cuda mode: no fan-in steps yet
+  // LOOM_DETERMINISTIC: reductions only by algorithms that fold every
+  // element in rank order in one fan-in (direct, twoshot), so the bits do
+  // not depend on the algorithm, the slicing or the channels.
+  bool deterministic = false;
   AlgoFilter filter;
 };
 
@@ -70,8 +75,9 @@ struct Choice {
   Algorithm algorithm = Algorithm::kRing;
   double estimateUs = 0;
 };
-// The cheapest algorithm that can run and is allowed; ring when none is
-// (ring runs everything).
+// The cheapest algorithm that can run and NCCL_ALGO allows; when it allows
+// none that can, the cheapest that can; when none can (a deterministic
+// reduction on device buffers), ring.
 Choice choose(OpKind kind, size_t bytes, const TuningContext& ctx);
 
 // The vector size `choose` sees for an operation of `count` elements.

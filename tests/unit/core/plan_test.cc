@@ -187,6 +187,24 @@ TEST(PlanSimulator, DirectEveryCollectiveEveryRankCount) {
       }
 }
 
+// Two-shot AllReduce, every rank count 1..33 and slices; direct
+// ReduceScatter and Reduce with many slices.
+TEST(PlanSimulator, TwoShotAndSlicedDirect) {
+  for (int n = 1; n <= 33; ++n)
+    for (size_t count : {size_t(0), size_t(1), size_t(7), size_t(1000), size_t(4099)})
+      for (bool inPlace : {false, true}) {
+        runCase(Case{OpKind::kAllReduce, n, count, RedOp::kSum, inPlace, Algorithm::kTwoShot}, 256, n % 4 == 0 ? 3 : 1);
+        if (HasFatalFailure()) return;
+      }
+  for (OpKind kind : {OpKind::kReduceScatter, OpKind::kReduce})
+    for (int n : {2, 3, 7})
+      for (RedOp op : {RedOp::kSum, RedOp::kMax})
+        for (bool inPlace : {false, true}) {
+          runCase(Case{kind, n, 4099, op, inPlace, Algorithm::kDirect}, 128);
+          if (HasFatalFailure()) return;
+        }
+}
+
 // A one-shot fold is the left fold in rank order on every rank: the same
 // bits everywhere, equal to the sequential sum, for floats whose sums
 // depend on the order.

@@ -65,6 +65,25 @@ TEST(Tuning, DirectForSmallRingForLarge) {
     }
 }
 
+TEST(Tuning, TwoShotBetweenDirectAndRingOnFourAndMoreRanks) {
+  for (int n : {4, 8}) {
+    EXPECT_EQ(choose(OpKind::kAllReduce, 64 << 10, shm(n)).algorithm, Algorithm::kTwoShot) << n;
+    EXPECT_EQ(choose(OpKind::kAllReduce, 16 << 20, shm(n)).algorithm, Algorithm::kRing) << n;
+  }
+  EXPECT_NE(choose(OpKind::kAllReduce, 64 << 10, shm(2)).algorithm, Algorithm::kTwoShot);
+  // Deterministic: never the ring for reductions.
+  TuningContext d = shm(4);
+  d.deterministic = true;
+  for (size_t bytes : {size_t(8), size_t(64) << 10, size_t(256) << 20}) {
+    EXPECT_NE(choose(OpKind::kAllReduce, bytes, d).algorithm, Algorithm::kRing) << bytes;
+    EXPECT_NE(choose(OpKind::kReduceScatter, bytes, d).algorithm, Algorithm::kRing) << bytes;
+    EXPECT_NE(choose(OpKind::kReduce, bytes, d).algorithm, Algorithm::kRing) << bytes;
+  }
+  EXPECT_EQ(choose(OpKind::kAllGather, size_t(256) << 20, d).algorithm, Algorithm::kRing);
+  d.filter = parse("ring");  // cannot be honoured for reductions
+  EXPECT_NE(choose(OpKind::kAllReduce, 8, d).algorithm, Algorithm::kRing);
+}
+
 TEST(Tuning, WhatAnAlgorithmCannotRunIsSkipped) {
   TuningContext c = shm(4);
   c.device = true;
@@ -82,9 +101,10 @@ TEST(Tuning, TheFilterOverridesTheModel) {
   c.filter = parse("ring");
   EXPECT_EQ(choose(OpKind::kAllReduce, 8, c).algorithm, Algorithm::kRing);
   c.filter = parse("allreduce:direct");
-  // Direct does not run 256 MiB messages: the filter allows nothing that can, so ring runs.
-  EXPECT_EQ(choose(OpKind::kAllReduce, size_t(256) << 20, c).algorithm, Algorithm::kRing);
-  EXPECT_EQ(choose(OpKind::kAllReduce, size_t(1) << 20, c).algorithm, Algorithm::kDirect);
+  // Direct does not run 256 MiB messages: the filter allows nothing that
+  // can, so the model picks among all.
+  EXPECT_NE(choose(OpKind::kAllReduce, size_t(256) << 20, c).algorithm, Algorithm::kDirect);
+  EXPECT_EQ(choose(OpKind::kAllReduce, size_t(128) << 10, c).algorithm, Algorithm::kDirect);
 }
 
 TEST(Tuning, EstimatesGrowWithSizeAndTheNetworkCostsMore) {
