@@ -11,6 +11,12 @@ faster. The first round of each build also checks the results (-c 1).
   bench/compare_builds.py --a /tmp/loom-before/build --b build --ranks 2,4 \\
       --sizes 8,64K,1M,64M --rounds 3
 
+--a-env / --b-env KEY=VALUE[,KEY=VALUE] run a side with extra settings, so
+one build can be compared with itself, e.g. the cost of deterministic mode:
+
+  bench/compare_builds.py --a build --b build --b-env LOOM_DETERMINISTIC=1 \
+      --ranks 2,4 --sizes 8,64K,1M,16M
+
 --plot FILE.png also draws the medians (tools/perf/perf_plot.py): busbw and
 time against size, A and B per rank count (out-of-place, or in-place with
 --plot-inplace); needs matplotlib (python3-matplotlib).
@@ -28,6 +34,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--a", required=True, help="build directory of the baseline")
     ap.add_argument("--b", required=True, help="build directory of the change")
+    ap.add_argument("--a-env", default="", help="KEY=VALUE,... set for A's runs")
+    ap.add_argument("--b-env", default="", help="KEY=VALUE,... set for B's runs")
     ap.add_argument("--ranks", default="2,4")
     ap.add_argument("--sizes", default="8,64K,1M,64M")
     ap.add_argument("-n", default="50", help="timed iterations per size")
@@ -41,6 +49,15 @@ def main():
         perf_plot = load_perf_plot()
         perf_plot.ensure_matplotlib()  # before the runs, not after
     builds = {"A": args.a, "B": args.b}
+    envs = {}
+    for key, text in (("A", args.a_env), ("B", args.b_env)):
+        env = dict(os.environ)
+        for item in filter(None, text.split(",")):
+            if "=" not in item:
+                sys.exit("compare_builds: --%s-env wants KEY=VALUE, got %r" % (key.lower(), item))
+            k, v = item.split("=", 1)
+            env[k] = v
+        envs[key] = env
     sizes = [parse_size(s) for s in args.sizes.split(",")]
     results = []
     for n in [int(x) for x in args.ranks.split(",")]:
@@ -53,7 +70,7 @@ def main():
                     rows.update(parse(run([os.path.join(build, "bin", "loomrun"), "-n", str(n),
                                            os.path.join(build, "bin", "all_reduce_perf"), "-b", str(size),
                                            "-e", str(size), "-n", args.n, "-w", args.w,
-                                           "-c", "1" if r == 0 else "0"]), ROW))
+                                           "-c", "1" if r == 0 else "0"], env=envs[key]), ROW))
                 runs[key].append(rows)
         results.append((n, [("A", runs["A"]), ("B", runs["B"])]))
         print("\n# %d ranks, float sum, %d rounds (A B alternating), each size alone; medians; ratio = B / A" %
@@ -71,7 +88,8 @@ def main():
                 size, med("A", "oop_us"), med("B", "oop_us"), ratio("oop_bus"), ratio("oop_us"),
                 med("A", "ip_us"), med("B", "ip_us"), ratio("ip_bus"), ratio("ip_us")))
     if perf_plot:
-        title = "AllReduce float sum, medians of %d rounds: A = %s, B = %s" % (args.rounds, args.a, args.b)
+        title = "AllReduce float sum, medians of %d rounds: A = %s %s, B = %s %s" % (
+            args.rounds, args.a, args.a_env, args.b, args.b_env)
         perf_plot.draw(plot_series(perf_plot, results, args.plot_inplace), args.plot, args.plot_inplace, title)
         print("# wrote %s" % args.plot)
 

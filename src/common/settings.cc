@@ -63,6 +63,10 @@ constexpr Spec kTable[] = {
      "element by element in one fold, so its bits do not depend on the algorithm, the slicing, the "
      "channels or where the ranks run: only direct and twoshot are used (not the ring), on host "
      "buffers. NCCL has no such mode."},
+    {"NCCL_PROTO", T::kString, "", "TUNING",
+     "Protocols, mapped onto loom's paths: LL and LL128 mean the latency path (LOOM_LATENCY_PATH), "
+     "Simple the plans. A list, ^ to exclude: 'Simple' or '^LL,LL128' turn the latency path off. "
+     "Simple cannot be excluded (a warning); unknown names are warnings."},
     {"NCCL_ALGO", T::kString, "", "TUNING",
      "Algorithms collectives may use: a comma-separated list (ring, direct, twoshot; NCCL's Ring too), ^ to "
      "exclude the listed ones, and per-collective sections such as "

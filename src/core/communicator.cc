@@ -90,6 +90,7 @@ CommOptions CommOptions::fromSettings() {
   o.deterministic = cfg->getBool("LOOM_DETERMINISTIC");
   std::vector<std::string> warnings;
   o.algorithms = AlgoFilter::parse(cfg->getString("NCCL_ALGO"), &warnings);
+  if (!parseProto(cfg->getString("NCCL_PROTO"), &warnings).latencyPath) o.latencyPath = false;
   static std::once_flag warned;  // settings are read once per process
   std::call_once(warned, [&] {
     for (const auto& w : warnings) LOOM_WARN("%s", w.c_str());

@@ -135,6 +135,33 @@ bool AlgoFilter::allows(OpKind kind, Algorithm a) const {
   return i >= 0 && (allowed_[size_t(i)] >> int(a)) & 1u;
 }
 
+ProtoChoice parseProto(std::string_view text, std::vector<std::string>* warnings) {
+  ProtoChoice p;
+  text = trim(text);
+  if (text.empty()) return p;
+  const bool exclude = text.front() == '^';
+  if (exclude) text.remove_prefix(1);
+  bool ll = false, ll128 = false, simple = false;
+  while (!text.empty()) {
+    const size_t comma = text.find(',');
+    const std::string name = lower(trim(text.substr(0, comma)));
+    text = comma == std::string_view::npos ? std::string_view() : text.substr(comma + 1);
+    if (name.empty()) continue;
+    if (name == "ll") ll = true;
+    else if (name == "ll128") ll128 = true;
+    else if (name == "simple") simple = true;
+    else warnings->push_back("NCCL_PROTO: unknown protocol '" + name + "' ignored (LL, LL128, Simple)");
+  }
+  // The latency path stands for both low-latency protocols: it stays while either does.
+  const bool llAllowed = exclude ? !(ll && ll128) : (ll || ll128);
+  const bool simpleAllowed = exclude ? !simple : simple;
+  p.latencyPath = llAllowed;
+  if (!simpleAllowed)
+    warnings->push_back("NCCL_PROTO: loom cannot drop Simple (its plans carry everything the latency path does not); "
+                        "it stays");
+  return p;
+}
+
 size_t tuningBytes(OpKind kind, size_t count, size_t elemSize, int nranks) {
   const size_t bytes = count * elemSize;
   return kind == OpKind::kAllGather || kind == OpKind::kReduceScatter ? bytes * size_t(nranks) : bytes;

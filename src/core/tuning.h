@@ -53,6 +53,16 @@ class AlgoFilter {
   std::array<uint8_t, kCollectiveCount> allowed_;
 };
 
+// The NCCL_PROTO setting, mapped onto loom's paths: LL and LL128 (NCCL's
+// low-latency protocols) are the latency path (core/latency.h), Simple the
+// plans. Same list syntax as NCCL_ALGO (no per-collective sections).
+// Excluding Simple cannot be honoured (large messages have no other path):
+// a warning; so are unknown names.
+struct ProtoChoice {
+  bool latencyPath = true;
+};
+ProtoChoice parseProto(std::string_view text, std::vector<std::string>* warnings);
+
 // What the choice depends on besides the operation.
 struct TuningContext {
   int nranks = 1;

@@ -84,11 +84,11 @@ def test_parse():
     check(sorted(series) == ["stdin cycle 1", "stdin cycle 2"] and len(series["stdin cycle 2"]) == 7,
           "two cycles: %s" % sorted(series))
 
-    # Rows without redop/root, with "-" placeholders, and mpi_allreduce_perf's.
+    # Rows without redop/root, with "-" placeholders, and mpi_coll_perf's.
     odd = ("# Collective test starting: sendrecv_perf\n"
            "        1024           256     float     1.50    0.68    0.68       0     1.40    0.73    0.73    N/A\n"
            "        4096          1024     float     -       -       -          0     1.40    2.93    2.93    N/A\n"
-           "# mpi_allreduce_perf: 2 ranks, float sum, iters 20, warmup 2\n"
+           "# mpi_coll_perf: allreduce, 2 ranks, float sum, iters 20, warmup 2\n"
            "        1024           256       2.5    0.41    0.41       2.4    0.43    0.43\n")
     series = printed(tool("--print", "-:x", stdin=odd).stdout)
     check(series == {"x sendrecv float": [(1024, "1.5", "0.68"), (4096, "-", "-")],

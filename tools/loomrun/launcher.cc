@@ -56,9 +56,41 @@ void writeAll(int fd, const char* data, size_t size) {
   }
 }
 
-// Asks the kernel for a free TCP port on loopback. Rank 0 binds it soon
-// after; the window in between is the usual launcher race.
+// True when 127.0.0.1:port can be bound now.
+bool portFree(int port) {
+  UniqueFd socketFd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (socketFd.get() < 0) return false;
+  const int one = 1;
+  setsockopt(socketFd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);  // as rank 0's listener
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  address.sin_port = htons(uint16_t(port));
+  return bind(socketFd.get(), reinterpret_cast<sockaddr*>(&address), sizeof address) == 0;
+}
+
+// A free TCP port on loopback for the rendezvous, which rank 0 binds soon
+// after. Taken below the kernel's ephemeral range when it can be: a port
+// from that range may meanwhile become the local port of some connection
+// or of a rank's own listener (bound to port 0), and rank 0's bind then
+// fails. The kernel's pick is the fallback.
 Result<int> pickFreePort() {
+  int low = 32768;
+  if (FILE* f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r")) {
+    int hi = 0;
+    if (fscanf(f, "%d %d", &low, &hi) != 2) low = 32768;
+    fclose(f);
+  }
+  const int first = 10000;
+  if (low > first + 100) {
+    uint32_t r = 0;
+    UniqueFd random(open("/dev/urandom", O_RDONLY | O_CLOEXEC));
+    for (int attempt = 0; attempt < 64; ++attempt) {
+      if (random.get() < 0 || read(random.get(), &r, sizeof r) != ssize_t(sizeof r)) r = uint32_t(getpid()) * 2654435761u + uint32_t(attempt);
+      const int port = first + int(r % uint32_t(low - first));
+      if (portFree(port)) return port;
+    }
+  }
   UniqueFd socketFd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (socketFd.get() < 0) return systemErrno("socket", errno);
   sockaddr_in address{};

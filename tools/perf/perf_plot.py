@@ -5,7 +5,7 @@
   build/bin/all_reduce_perf -t 2 -b 8 -e 16M | tools/perf/perf_plot.py -o ar.png -
 
 Reads the result tables that nccl-tests (NVIDIA's) and loom's *_perf tools
-print, and bench/mpi/mpi_allreduce_perf's table (size count, then time,
+print, and bench/mpi/mpi_coll_perf's table (size count, then time,
 algbw, busbw out-of-place and in-place), and writes one PNG with two
 panels: bus bandwidth (GB/s) and time (us, log scale) against size (bytes,
 log2 scale), one line per series, several inputs overlaid. Out-of-place
@@ -105,7 +105,7 @@ def parse_row(line):
         return None
     row = {"size": int(tokens[0]), "count": int(tokens[1])}
     if len(tokens) == 8 and all(is_number(t) for t in tokens):
-        # bench/mpi/mpi_allreduce_perf: time algbw busbw, twice, no #wrong.
+        # bench/mpi/mpi_coll_perf: time algbw busbw, twice, no #wrong.
         row.update(type="-", redop="-", root="-")
         oop, ip = tokens[2:5], tokens[5:8]
     elif 11 <= len(tokens) <= 13 and not is_number(tokens[2]):

@@ -24,7 +24,7 @@
 namespace loom::transport::shm {
 namespace {
 
-constexpr uint32_t kBoardVersion = 1;
+constexpr uint32_t kBoardVersion = 2;
 constexpr unsigned kSeals = F_SEAL_SHRINK | F_SEAL_GROW;
 
 // Page 0: header; page 1: one line per member; then the slots.
@@ -36,7 +36,9 @@ struct BoardHeader {
   uint32_t version;
 };
 
-size_t layoutBytes(int members, size_t slotBytes) { return 2 * kPageBytes + size_t(members) * 2 * slotBytes; }
+size_t layoutBytes(int members, size_t slotBytes) {
+  return 2 * kPageBytes + size_t(members) * kBoardSlots * slotBytes;
+}
 
 Status boardError(const std::string& what, int err) {
   return systemError("the shared-memory board: " + what + " failed: " + errnoText(err));

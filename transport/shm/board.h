@@ -1,13 +1,15 @@
 // The board: one shared-memory segment that every rank of a host-local
 // group maps, for operations small enough to finish in one exchange.
 //
-// Each member has a sequence word on a cache line of its own and two data
-// slots used alternately (operation s uses slot s % 2). A member writes its
-// data for operation s into its slot, then publishes s; readers wait until
-// a member's sequence reaches s and read the slot. A member publishes s only
-// after it finished operation s-1, so once every member has published s-1,
-// nobody reads the slot of s-2 any more and it can be reused for s
-// (waitFree). No system call on the fast path: publishing is a store,
+// Each member has a sequence word on a cache line of its own and
+// kBoardSlots data slots used in turn (operation s uses slot s %
+// kBoardSlots). A member writes its data for operation s into its slot,
+// then publishes s; readers wait until a member's sequence reaches s and
+// read the slot. A member publishes s only after it finished operation s-1,
+// so once every member has published s - kBoardSlots + 1, nobody reads the
+// slot of s - kBoardSlots any more and it can be reused for s: a member that
+// only writes (a Broadcast's root) runs up to kBoardSlots - 1 operations
+// ahead of its readers. No system call on the fast path: publishing is a store,
 // waiting is a spin on a cache line. A waiter that runs out of spins sleeps
 // on a futex on the word's low half (FUTEX_WAIT on shared memory), and a
 // publisher calls FUTEX_WAKE only when it sees a sleeper.
@@ -49,6 +51,7 @@ static_assert(sizeof(BoardDescriptor) == 48, "BoardDescriptor must keep its 48-b
 static_assert(std::is_trivially_copyable_v<BoardDescriptor>);
 inline constexpr uint64_t kBoardDescriptorMagic = 0x6472616F426D6F4CULL;  // "LomBoard"
 inline constexpr int kBoardMaxMembers = 64;
+inline constexpr int kBoardSlots = 8;  // per member
 
 class Board {
  public:
@@ -82,7 +85,8 @@ class Board {
   int members() const { return members_; }
   size_t slotBytes() const { return slotBytes_; }
   std::byte* data(int member, uint64_t seq) const {
-    return static_cast<std::byte*>(map_.get()) + dataOffset_ + (size_t(member) * 2 + size_t(seq % 2)) * slotBytes_;
+    return static_cast<std::byte*>(map_.get()) + dataOffset_ +
+           (size_t(member) * kBoardSlots + size_t(seq % kBoardSlots)) * slotBytes_;
   }
   // Member `member` finished writing its data for operation `seq`.
   void publish(int member, uint64_t seq) const;

@@ -341,8 +341,12 @@ TEST(PlanSimulator, RingOrderSetsThePeers) {
   auto plan = planCollective(op, p);
   ASSERT_TRUE(plan.isOk());
   for (const Step& st : plan->streams[0].steps) {
-    if (st.sendPeer >= 0) EXPECT_EQ(st.sendPeer, 1);
-    if (st.recvPeer >= 0) EXPECT_EQ(st.recvPeer, 0);
+    if (st.sendPeer >= 0) {
+      EXPECT_EQ(st.sendPeer, 1);
+    }
+    if (st.recvPeer >= 0) {
+      EXPECT_EQ(st.recvPeer, 0);
+    }
   }
 }
 

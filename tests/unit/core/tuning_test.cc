@@ -51,6 +51,23 @@ TEST(AlgoFilter, ForeignAndUnknownNamesWarnAndKeepSomething) {
   EXPECT_FALSE(f.allows(OpKind::kAllReduce, Algorithm::kDirect));
 }
 
+TEST(Proto, LowLatencyNamesTheLatencyPath) {
+  std::vector<std::string> w;
+  EXPECT_TRUE(parseProto("", &w).latencyPath);
+  EXPECT_TRUE(parseProto("LL,Simple", &w).latencyPath);
+  EXPECT_FALSE(parseProto("Simple", &w).latencyPath);
+  EXPECT_FALSE(parseProto("^ll,LL128", &w).latencyPath);
+  EXPECT_TRUE(parseProto("^LL", &w).latencyPath);  // LL128 is left
+  EXPECT_TRUE(w.empty());
+  EXPECT_TRUE(parseProto("LL", &w).latencyPath);
+  ASSERT_EQ(w.size(), 1u);  // Simple cannot go
+  EXPECT_NE(w[0].find("Simple"), std::string::npos);
+  w.clear();
+  parseProto("Fast", &w);
+  ASSERT_EQ(w.size(), 2u);
+  EXPECT_NE(w[0].find("'fast'"), std::string::npos);
+}
+
 TuningContext shm(int n) {
   TuningContext c;
   c.nranks = n;
