@@ -88,20 +88,29 @@ size_t PlanRunner::streamSlotBytes(const std::vector<Step>& steps, const kernels
 }
 
 int PlanRunner::streamSlots(const std::vector<Step>& steps, const kernels::Reduction& reduction, bool reducing) {
+  // Transformed sends hold a slot each until they are done, which may take
+  // until the peers' fan-ins: a fan-in must find its slots free beside the
+  // ones sent since the previous fan-in (two-shot: a slice's sends, then
+  // its fold).
   int need = kSlots, transformedSends = 0;
   for (const Step& s : steps) {
-    need = std::max(need, int(s.fanIn.size()) + 2);
-    if (s.recvPeer < 0 && s.fanIn.empty() && s.sendPeer >= 0 && !s.out.valid() && transforms(s, reduction, reducing))
+    if (!s.fanIn.empty()) {
+      need = std::max(need, transformedSends + int(s.fanIn.size()) + 2);
+      transformedSends = 0;
+    } else if (s.recvPeer < 0 && s.sendPeer >= 0 && !s.out.valid() && transforms(s, reduction, reducing)) {
       ++transformedSends;
+      need = std::max(need, transformedSends);
+    }
   }
-  return std::min(kMaxSlots, std::max(need, transformedSends));
+  return need;
 }
 
 size_t PlanRunner::stagingBytes(const Plan& plan, const kernels::Reduction& reduction, bool reducing,
                                 bool device) {
   size_t total = 0;
   for (const auto& stream : plan.streams)
-    total += streamSlotBytes(stream.steps, reduction, reducing, device) * size_t(streamSlots(stream.steps, reduction, reducing));
+    total += streamSlotBytes(stream.steps, reduction, reducing, device) *
+             size_t(std::min(kMaxSlots, streamSlots(stream.steps, reduction, reducing)));
   return total;
 }
 
@@ -113,8 +122,10 @@ Result<std::unique_ptr<PlanRunner>> PlanRunner::create(const Plan* plan, std::ve
   for (const Stream& st : plan->streams) {
     for (const Step& s : st.steps) {
       if (!s.fanIn.empty() && device) return internalError("a fan-in step on device buffers (host only)");
-      if (int(s.fanIn.size()) + 2 > kMaxSlots) return internalError("a fan-in step with too many sources");
     }
+    if (const int slots = streamSlots(st.steps, reduction, reducing); slots > kMaxSlots)
+      return internalError("a plan stream needs " + std::to_string(slots) + " staging slots (at most " +
+                           std::to_string(kMaxSlots) + ")");
   }
   LOOM_TRY(r->bindConnections());
   r->registrations_ = registrations;
@@ -200,7 +211,7 @@ void PlanRunner::layoutStreams() {
     StreamState& st = streams_[i];
     st.channel = plan_->streams[i].channel;
     st.slotBytes = streamSlotBytes(plan_->streams[i].steps, reduction_, reducing_, device_ != nullptr);
-    st.nslots = streamSlots(plan_->streams[i].steps, reduction_, reducing_);
+    st.nslots = std::min(kMaxSlots, streamSlots(plan_->streams[i].steps, reduction_, reducing_));
     st.freeSlots = st.nslots == 64 ? ~uint64_t(0) : (uint64_t(1) << st.nslots) - 1;
   }
 }

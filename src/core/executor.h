@@ -132,8 +132,9 @@ class PlanRunner {
   static constexpr int kMaxSlots = 64;  // fan-in steps need one per source
   static size_t streamSlotBytes(const std::vector<Step>& steps, const kernels::Reduction& reduction,
                                 bool reducing, bool device);
-  // Slots a stream needs: kSlots, or one per fan-in source plus one for a
-  // transformed local, or one per transformed send the stream posts.
+  // Slots a stream needs (create() refuses more than kMaxSlots): kSlots, or
+  // for a fan-in one per source, one for a transformed local, one for the
+  // result, beside the transformed sends since the previous fan-in.
   static int streamSlots(const std::vector<Step>& steps, const kernels::Reduction& reduction, bool reducing);
   // kCompute produces the step's result (host: at once; device: queues
   // kernels, then kDeviceWait until their event fired); kFinish posts it.

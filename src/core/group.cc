@@ -40,6 +40,7 @@ bool isPointToPoint(OpKind k) {
 struct Task {
   std::vector<OpDesc> ops;  // one collective, or the group's point-to-point calls
   std::shared_ptr<const CachedPlan> planned;  // the plan and the connections it uses
+  bool board = false;  // runs on the communicator's latency path instead (no plan)
   std::vector<std::byte*> buffers;
   kernels::Reduction reduction{};
   const void* scalarPtr = nullptr;
@@ -56,6 +57,7 @@ struct CommRun {
   std::vector<Task> tasks;
   size_t current = 0;
   std::unique_ptr<PlanRunner> runner;
+  bool boardStarted = false;  // the current task is a board task that started
   int stallWarnings = 0;  // stall warnings logged since the group last progressed
   bool done() const { return current >= tasks.size(); }
 };
@@ -103,7 +105,7 @@ Result<std::shared_ptr<const CachedPlan>> collectivePlan(Communicator* comm, con
   if (ctx.deterministic && isReducing(op.kind) && made->choice.algorithm == Algorithm::kRing) {
     return invalidUsage(std::string("LOOM_DETERMINISTIC=1: no algorithm that folds in rank order can run this ") +
                         opKindName(op.kind) + (ctx.device ? " on device buffers (host buffers only, for now)"
-                                                          : " on this many ranks (48 at most)"));
+                                                          :  " on more than 32 ranks"));
   }
   params.algorithm = made->choice.algorithm;
   LOOM_ASSIGN_OR_RETURN(made->plan, planCollective(op, params));
@@ -130,7 +132,13 @@ Status buildTasks(Communicator* comm, std::span<const OpDesc> ops, std::vector<T
     }
     Task t;
     t.ops = {op};
-    LOOM_ASSIGN_OR_RETURN(t.planned, collectivePlan(comm, op, params));
+    // The same choice as runSingle's, grouped or not: every rank of the
+    // communicator must make it alike.
+    LatencyPath* lp = comm->latencyPath();
+    t.board = lp && lp->takes(op);
+    if (!t.board) {
+      LOOM_ASSIGN_OR_RETURN(t.planned, collectivePlan(comm, op, params));
+    }
     t.buffers = {static_cast<std::byte*>(const_cast<void*>(op.sendbuf)), static_cast<std::byte*>(op.recvbuf)};
     t.reduction = op.reduction;
     t.scalarPtr = op.scalarPtr;
@@ -217,6 +225,22 @@ class Engine {
     Communicator* comm = cr.comm;
     if (comm->aborted()) return abortedError("running " + cr.tasks[cr.current].name());
     Task& task = cr.tasks[cr.current];
+    if (task.board) {
+      LatencyPath* lp = comm->latencyPath();
+      if (!cr.boardStarted) {
+        lp->start(task.ops[0], task.seq);
+        comm->flight().started(task.flightId);
+        cr.boardStarted = true;
+        *progressed = true;
+      }
+      if (lp->step(progressed)) {
+        comm->flight().finished(task.flightId, true);
+        cr.boardStarted = false;
+        ++cr.current;
+        *progressed = true;
+      }
+      return Status::ok();
+    }
     if (!cr.runner) {
       bool ready = false;
       LOOM_TRY(comm->connectStep(task.planned->links, &ready));
@@ -250,7 +274,9 @@ class Engine {
 
   std::string waitingList(const CommRun& cr) const {
     std::vector<int> peers;
-    if (cr.runner && cr.runner->failedPeer() >= 0) peers.push_back(cr.runner->failedPeer());
+    if (!cr.done() && cr.tasks[cr.current].board) {
+      if (cr.comm->latencyPath()->waitingFor() >= 0) peers.push_back(cr.comm->latencyPath()->waitingFor());
+    } else if (cr.runner && cr.runner->failedPeer() >= 0) peers.push_back(cr.runner->failedPeer());
     else if (cr.runner) cr.runner->waitingOn(&peers);
     else if (!cr.done()) {
       for (int link : cr.tasks[cr.current].planned->links) peers.push_back(link % cr.comm->nranks());
@@ -271,6 +297,7 @@ class Engine {
     Communicator* comm = cr.comm;
     comm->pollNotices();
     LOOM_TRY(comm->asyncError());
+    if (cr.tasks[cr.current].board) LOOM_TRY(comm->latencyPath()->checkWaited(*comm));
     const double timeout = comm->timeoutS();
     const double stalled = secondsSince(lastProgress_);
     // The stall inspector: one WARN per period of no progress, naming who
@@ -302,6 +329,8 @@ class Engine {
   bool waitsOnlyOnThisHost(const CommRun& cr) const {
     std::vector<int> peers;
     if (cr.runner) cr.runner->waitingOn(&peers);
+    if (!cr.done() && cr.tasks[cr.current].board && cr.comm->latencyPath()->waitingFor() >= 0)
+      peers.push_back(cr.comm->latencyPath()->waitingFor());
     const Bootstrap& b = cr.comm->bootstrap();
     const uint64_t here = b.peer(cr.comm->rank()).hostHash;
     for (int p : peers)
@@ -310,6 +339,14 @@ class Engine {
   }
 
   void block() {
+    // A board task waits on a peer's sequence word, which no fd announces:
+    // sleep on it briefly (the others are looked at again after).
+    for (CommRun& cr : runs_) {
+      if (!cr.done() && cr.tasks[cr.current].board && cr.boardStarted) {
+        cr.comm->latencyPath()->sleep(1);
+        return;
+      }
+    }
     // Kernels announce their end through no fd: look again soon.
     for (CommRun& cr : runs_) {
       if (cr.runner && cr.runner->deviceBusy()) {
@@ -538,27 +575,17 @@ Status groupSimulateEnd(float* estimatedUs) {
   }
   auto ops = std::move(tGroup.ops);
   tGroup.ops.clear();
-  // Model: each pipeline step costs a fixed latency; bytes cross the
-  // busiest link at a fixed bandwidth (loopback TCP order of magnitude).
-  constexpr double kStepLatencyUs = 15.0;
-  constexpr double kBytesPerUs = 2000.0;  // 2 GB/s
+  // The cost model's estimates (core/tuning.h): what the planner would pick.
   double total = 0;
   for (const auto& p : ops) {
-    const double n = p.comm->nranks();
-    const double bytes = double(p.op.count) * double(kernels::dataTypeSize(p.op.type));
-    double steps = 1, wire = bytes;
-    switch (p.op.kind) {
-      case OpKind::kAllReduce: steps = 2 * (n - 1); wire = 2 * (n - 1) / n * bytes; break;
-      case OpKind::kAllGather:
-      case OpKind::kReduceScatter:
-      case OpKind::kAllToAll: steps = n - 1; wire = (n - 1) * bytes; break;
-      case OpKind::kGather:
-      case OpKind::kScatter: steps = n - 1; wire = (n - 1) * bytes; break;
-      case OpKind::kBroadcast:
-      case OpKind::kReduce: steps = n; break;
-      default: break;
+    const TuningContext& ctx = p.comm->tuning();
+    const size_t es = kernels::dataTypeSize(p.op.type);
+    if (collectiveIndex(p.op.kind) >= 0) {
+      total += choose(p.op.kind, tuningBytes(p.op.kind, p.op.count, es, ctx.nranks), ctx).estimateUs;
+    } else {
+      const int peers = p.op.kind == OpKind::kSend || p.op.kind == OpKind::kRecv ? 1 : ctx.nranks - 1;
+      total += pointToPointUs(p.op.count * es * size_t(std::max(1, peers)), std::max(1, peers), ctx);
     }
-    total += steps * kStepLatencyUs + wire / kBytesPerUs;
   }
   *estimatedUs = float(total);
   return groupEnd();  // runs pending inits only: the ops were taken out

@@ -34,6 +34,8 @@ std::string opName(const OpDesc& op, uint64_t seq) {
 
 LatencyPath::LatencyPath(transport::shm::Board board, int rank, int nranks, const TuningContext& tuning)
     : board_(std::move(board)), rank_(rank), nranks_(nranks) {
+  for (int q = 0; q < nranks; ++q)
+    if (q != rank) others_.push_back(q);
   // The cost model's choice, once per collective: direct up to a crossover
   // size, so a search over the sizes a slot holds finds it.
   for (OpKind kind : {OpKind::kAllReduce, OpKind::kAllGather, OpKind::kReduceScatter, OpKind::kBroadcast,
@@ -107,11 +109,7 @@ Status LatencyPath::waitFor(int q, uint64_t want, Communicator& comm, const OpDe
     if (comm.aborted()) return abortedError("running " + name);
     comm.pollNotices();
     LOOM_TRY(comm.asyncError());
-    if (board_.closed(q)) {
-      if (board_.seen(q) >= want) return Status::ok();
-      return remoteError(comm.describePeer(q) + (board_.alive(q) ? " left the communicator (destroyed or aborted)"
-                                                                 : " exited") + " during " + name);
-    }
+    LOOM_TRY(checkWaited(comm));
     const double timeout = comm.timeoutS();
     const double stalled = secondsSince(since);
     // The stall inspector, as the engine's (core/group.cc).
@@ -131,84 +129,133 @@ Status LatencyPath::waitFor(int q, uint64_t want, Communicator& comm, const OpDe
   }
 }
 
-Status LatencyPath::run(const OpDesc& op, uint64_t seq, Communicator& comm) {
-  const uint64_t s = ++seq_;
-  const int n = nranks_;
-  auto fail = [&](Status st) {
-    if (st.code() == Code::kRemoteError && !comm.aborted()) st = comm.preferPeerReport(st);
-    return Status(st.code(), comm.describe() + ": " + opName(op, seq) + " failed: " + st.message());
-  };
-  // This rank's slot for s last held s - kBoardSlots: free once everyone
-  // published the operation after that one.
-  constexpr uint64_t kSlots = transport::shm::kBoardSlots;
-  if (s > kSlots) {
-    for (int q = 0; q < n; ++q) {
-      if (q == rank_) continue;
-      if (Status st = waitFor(q, s - kSlots + 1, comm, op, seq); !st.isOk()) return fail(st);
+void LatencyPath::start(const OpDesc& op, uint64_t seq) {
+  op_ = op;
+  opSeq_ = seq;
+  s_ = ++seq_;
+  phase_ = Phase::kClaim;
+  waiting_ = -1;
+}
+
+bool LatencyPath::allPublished(const std::vector<int>& peers, uint64_t want) {
+  for (int q : peers) {
+    if (board_.seen(q) < want) {
+      waiting_ = q;
+      want_ = want;
+      return false;
     }
   }
+  waiting_ = -1;
+  return true;
+}
+
+void LatencyPath::publish() {
+  const OpDesc& op = op_;
+  const int n = nranks_;
   const size_t es = kernels::dataTypeSize(op.type);
   const size_t bytes = op.count * es;
   kernels::Reduction red = op.reduction;
   if (op.scalarPtr) std::memcpy(&red.scalar, op.scalarPtr, es);
-  const bool reducing = isReducing(op.kind);
-  std::byte* mine = board_.data(rank_, s);
+  std::byte* mine = board_.data(rank_, s_);
   const auto* send = static_cast<const std::byte*>(op.sendbuf);
-  auto* recv = static_cast<std::byte*>(op.recvbuf);
-  // Publish this rank's contribution (pre-multiplied for PreMulSum).
+  // This rank's contribution (pre-multiplied for PreMulSum).
   const size_t contribution = op.kind == OpKind::kReduceScatter ? bytes * size_t(n)
                               : op.kind == OpKind::kBroadcast && rank_ != op.root ? 0
                                                                                    : bytes;
   if (contribution) {
-    if (reducing && red.op == kernels::RedOp::kPreMulSum)
+    if (isReducing(op.kind) && red.op == kernels::RedOp::kPreMulSum)
       kernels::reduce(red, mine, nullptr, 0, send, contribution / es, false);
     else std::memcpy(mine, send, contribution);
   }
-  board_.publish(rank_, s);
-  // Read the others'.
-  auto waitAll = [&]() -> Status {
-    for (int q = 0; q < n; ++q)
-      if (q != rank_) LOOM_TRY(waitFor(q, s, comm, op, seq));
-    return Status::ok();
-  };
-  kernels::Reduction plain = red;  // every source is pre-multiplied already
+  board_.publish(rank_, s_);
+}
+
+void LatencyPath::finish() {
+  const OpDesc& op = op_;
+  const int n = nranks_;
+  const size_t es = kernels::dataTypeSize(op.type);
+  const size_t bytes = op.count * es;
+  const auto* send = static_cast<const std::byte*>(op.sendbuf);
+  auto* recv = static_cast<std::byte*>(op.recvbuf);
+  kernels::Reduction plain = op.reduction;  // every source is pre-multiplied already
   if (plain.op == kernels::RedOp::kPreMulSum) plain.op = kernels::RedOp::kSum;
   const void* sources[transport::shm::kBoardMaxMembers];
-  Status st;
   switch (op.kind) {
     case OpKind::kAllReduce:
     case OpKind::kReduce:
     case OpKind::kReduceScatter: {
       if (op.kind == OpKind::kReduce && rank_ != op.root) break;
-      st = waitAll();
-      if (!st.isOk()) break;
       const size_t at = op.kind == OpKind::kReduceScatter ? size_t(rank_) * bytes : 0;
-      for (int q = 0; q < n; ++q) sources[q] = board_.data(q, s) + at;
+      for (int q = 0; q < n; ++q) sources[q] = board_.data(q, s_) + at;
       kernels::reduce(plain, recv, sources, n, nullptr, op.count, true);
       break;
     }
     case OpKind::kAllGather:
-      for (int q = 0; q < n && st.isOk(); ++q) {
+      for (int q = 0; q < n; ++q) {
         std::byte* dst = recv + size_t(q) * bytes;
-        if (q == rank_) {
-          if (dst != send) std::memcpy(dst, send, bytes);
-          continue;
-        }
-        st = waitFor(q, s, comm, op, seq);
-        if (st.isOk()) std::memcpy(dst, board_.data(q, s), bytes);
+        const std::byte* src = q == rank_ ? send : board_.data(q, s_);
+        if (dst != src) std::memcpy(dst, src, bytes);
       }
       break;
-    case OpKind::kBroadcast:
-      if (rank_ == op.root) {
-        if (recv != send) std::memcpy(recv, send, bytes);
-      } else {
-        st = waitFor(op.root, s, comm, op, seq);
-        if (st.isOk()) std::memcpy(recv, board_.data(op.root, s), bytes);
-      }
+    case OpKind::kBroadcast: {
+      const std::byte* src = rank_ == op.root ? send : board_.data(op.root, s_);
+      if (recv != src) std::memcpy(recv, src, bytes);
       break;
-    default: st = internalError("the latency path got " + opName(op, seq));
+    }
+    default: break;  // takes() admits none other
   }
-  return st.isOk() ? st : fail(st);
+}
+
+bool LatencyPath::step(bool* progressed) {
+  if (phase_ == Phase::kClaim) {
+    // This rank's slot for s last held s - kBoardSlots: free once everyone
+    // published the operation after that one.
+    constexpr uint64_t kSlots = transport::shm::kBoardSlots;
+    if (s_ > kSlots && !allPublished(others_, s_ - kSlots + 1)) return false;
+    publish();
+    phase_ = Phase::kRead;
+    *progressed = true;
+  }
+  if (phase_ == Phase::kRead) {
+    const OpDesc& op = op_;
+    const bool readsAll = op.kind == OpKind::kAllReduce || op.kind == OpKind::kReduceScatter ||
+                          op.kind == OpKind::kAllGather || (op.kind == OpKind::kReduce && rank_ == op.root);
+    if (readsAll && !allPublished(others_, s_)) return false;
+    if (op.kind == OpKind::kBroadcast && rank_ != op.root && board_.seen(op.root) < s_) {
+      waiting_ = op.root;
+      want_ = s_;
+      return false;
+    }
+    finish();
+    phase_ = Phase::kDone;
+    *progressed = true;
+  }
+  return phase_ == Phase::kDone;
+}
+
+Status LatencyPath::checkWaited(Communicator& comm) const {
+  if (phase_ == Phase::kDone || waiting_ < 0 || board_.seen(waiting_) >= want_ || !board_.closed(waiting_))
+    return Status::ok();
+  return remoteError(comm.describePeer(waiting_) +
+                     (board_.alive(waiting_) ? " left the communicator (destroyed or aborted)" : " exited") +
+                     " during " + opName(op_, opSeq_));
+}
+
+void LatencyPath::sleep(int ms) const {
+  if (phase_ != Phase::kDone && waiting_ >= 0) board_.wait(waiting_, want_, 0, ms);
+}
+
+Status LatencyPath::run(const OpDesc& op, uint64_t seq, Communicator& comm) {
+  start(op, seq);
+  bool progressed = false;
+  while (!step(&progressed)) {
+    if (Status st = waitFor(waiting_, want_, comm, op, seq); !st.isOk()) {
+      if (st.code() == Code::kRemoteError && !comm.aborted()) st = comm.preferPeerReport(st);
+      phase_ = Phase::kDone;
+      return Status(st.code(), comm.describe() + ": " + opName(op, seq) + " failed: " + st.message());
+    }
+  }
+  return Status::ok();
 }
 
 }  // namespace loom::core

@@ -14,6 +14,7 @@
 #include <array>
 #include <atomic>
 #include <memory>
+#include <vector>
 
 #include "common/status.h"
 #include "common/time.h"
@@ -38,11 +39,23 @@ class LatencyPath {
   // Whether `op` runs here: a collective whose data fits a slot, small
   // enough that the cost model picks the direct algorithm for it.
   bool takes(const OpDesc& op) const;
-  // Runs `op` (with its resolved reduction); every rank calls it for the
-  // same operation. An error names the communicator, the operation and the
-  // peer; the caller fails the communicator with it.
-  // `seq` is the communicator's operation number (for messages).
+  // Runs `op` (with its resolved reduction) to the end, waiting as needed;
+  // every rank calls it for the same operation. `seq` is the
+  // communicator's operation number (for messages). An error names the
+  // communicator, the operation and the peer; the caller fails the
+  // communicator with it.
   Status run(const OpDesc& op, uint64_t seq, Communicator& comm);
+
+  // The same without blocking, for the engine, which runs it among other
+  // operations (a group that drives several ranks from one thread):
+  // start(), then step() until it returns true; while it returns false,
+  // waitingFor() names the rank it waits for, checkWaited() fails when that
+  // rank has left or died, and sleep() waits for it at most `ms`.
+  void start(const OpDesc& op, uint64_t seq);
+  bool step(bool* progressed);
+  int waitingFor() const { return phase_ == Phase::kDone ? -1 : waiting_; }
+  Status checkWaited(Communicator& comm) const;
+  void sleep(int ms) const;
   size_t slotBytes() const { return board_.slotBytes(); }
 
  private:
@@ -50,11 +63,25 @@ class LatencyPath {
   // Waits until rank q has published `want`; bounded by the communicator's
   // timeout, its abort flag and q's liveness.
   Status waitFor(int q, uint64_t want, Communicator& comm, const OpDesc& op, uint64_t seq);
+  // True when every rank of `peers` has published `want`; else notes the
+  // first that has not (waiting_, want_).
+  bool allPublished(const std::vector<int>& peers, uint64_t want);
+  void publish();  // this rank's contribution for the current operation
+  void finish();   // the result, once what it reads is published
 
   transport::shm::Board board_;
   int rank_;
   int nranks_;
+  std::vector<int> others_;  // every rank but this one
   uint64_t seq_ = 0;  // operations run on the board
+  // The operation in progress.
+  enum class Phase { kClaim, kRead, kDone };
+  Phase phase_ = Phase::kDone;
+  OpDesc op_{};
+  uint64_t opSeq_ = 0;  // the communicator's number for it
+  uint64_t s_ = 0;      // its board sequence number
+  int waiting_ = -1;    // the rank it waits for, and for which sequence
+  uint64_t want_ = 0;
   // Per collective (collectiveIndex): the largest tuningBytes() run here.
   std::array<size_t, kCollectiveCount> maxBytes_{};
 };

@@ -33,8 +33,9 @@ constexpr LinkCost kCosts[] = {
 constexpr size_t kDirectMaxMessageBytes = size_t(256) << 10;
 // The slice size the estimates assume (the default LOOM_CHUNK_BYTES).
 constexpr size_t kSliceBytes = size_t(512) << 10;
-// Fan-in steps stage every source in a slot of their own (core/executor.h).
-constexpr int kDirectMaxRanks = 48;
+// Fan-in steps stage every source in a slot of their own, beside the slots
+// of the pre-multiplied sends before them (core/executor.h: 64 per stream).
+constexpr int kDirectMaxRanks = 32;
 
 std::string lower(std::string_view s) {
   std::string out(s);
@@ -48,15 +49,22 @@ std::string_view trim(std::string_view s) {
   return s;
 }
 
-// The algorithms a comma-separated list names; unknown and foreign names
-// add warnings.
-uint8_t parseList(std::string_view list, std::vector<std::string>* warnings) {
-  uint8_t mask = 0;
+// Calls f(name) for each name of a comma-separated list, lower-cased.
+template <class F>
+void forEachName(std::string_view list, F&& f) {
   while (!list.empty()) {
     const size_t comma = list.find(',');
     const std::string name = lower(trim(list.substr(0, comma)));
     list = comma == std::string_view::npos ? std::string_view() : list.substr(comma + 1);
-    if (name.empty()) continue;
+    if (!name.empty()) f(name);
+  }
+}
+
+// The algorithms a comma-separated list names; unknown and foreign names
+// add warnings.
+uint8_t parseList(std::string_view list, std::vector<std::string>* warnings) {
+  uint8_t mask = 0;
+  forEachName(list, [&](const std::string& name) {
     if (name == "ring" || name == "chain") mask |= 1u << int(Algorithm::kRing);
     else if (name == "direct") mask |= 1u << int(Algorithm::kDirect);
     else if (name == "twoshot") mask |= 1u << int(Algorithm::kTwoShot);
@@ -64,7 +72,7 @@ uint8_t parseList(std::string_view list, std::vector<std::string>* warnings) {
              name == "nvlstree" || name == "pat")
       warnings->push_back("NCCL_ALGO: loom has no " + name + " algorithm; ignored");
     else warnings->push_back("NCCL_ALGO: unknown algorithm '" + name + "' ignored (loom has ring, direct, twoshot)");
-  }
+  });
   return mask;
 }
 
@@ -142,16 +150,12 @@ ProtoChoice parseProto(std::string_view text, std::vector<std::string>* warnings
   const bool exclude = text.front() == '^';
   if (exclude) text.remove_prefix(1);
   bool ll = false, ll128 = false, simple = false;
-  while (!text.empty()) {
-    const size_t comma = text.find(',');
-    const std::string name = lower(trim(text.substr(0, comma)));
-    text = comma == std::string_view::npos ? std::string_view() : text.substr(comma + 1);
-    if (name.empty()) continue;
+  forEachName(text, [&](const std::string& name) {
     if (name == "ll") ll = true;
     else if (name == "ll128") ll128 = true;
     else if (name == "simple") simple = true;
     else warnings->push_back("NCCL_PROTO: unknown protocol '" + name + "' ignored (LL, LL128, Simple)");
-  }
+  });
   // The latency path stands for both low-latency protocols: it stays while either does.
   const bool llAllowed = exclude ? !(ll && ll128) : (ll || ll128);
   const bool simpleAllowed = exclude ? !simple : simple;
@@ -245,6 +249,11 @@ double estimateUs(Algorithm a, OpKind kind, size_t bytes, const TuningContext& c
     }
   }
   return hops * c.hopUs + messages * c.messageUs + sent * c.usPerByte + folded * c.usPerFoldedByte;
+}
+
+double pointToPointUs(size_t bytes, int messages, const TuningContext& ctx) {
+  const LinkCost& c = kCosts[int(ctx.links)];
+  return c.hopUs + messages * c.messageUs + double(bytes) * c.usPerByte;
 }
 
 Choice choose(OpKind kind, size_t bytes, const TuningContext& ctx) {

@@ -81,6 +81,9 @@ std::string cannotRun(Algorithm a, OpKind kind, size_t bytes, const TuningContex
 // the output, ReduceScatter: the input).
 double estimateUs(Algorithm a, OpKind kind, size_t bytes, const TuningContext& ctx);
 
+// Point-to-point traffic: `messages` messages of `bytes` in all, at once.
+double pointToPointUs(size_t bytes, int messages, const TuningContext& ctx);
+
 struct Choice {
   Algorithm algorithm = Algorithm::kRing;
   double estimateUs = 0;

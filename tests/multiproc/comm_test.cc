@@ -214,6 +214,44 @@ TEST(CommFeatures, GroupedInitAndCollectivesFromOneThread) {
   destroyAll(comms);
 }
 
+// Whether a small collective runs on the shared-memory board or as a plan
+// must not depend on whether a rank's call was grouped: one thread drives
+// ranks 0 and 1 in a group while another calls rank 2's alone (NCCL allows
+// both). Broadcast, AllReduce and AllGather of board size, several times.
+TEST(CommFeatures, GroupedAndLoneCallsOfOneCollectiveMeet) {
+  const int n = 3;
+  std::vector<ncclComm_t> comms = initAll(n);
+  const size_t count = 64;
+  std::vector<std::vector<int32_t>> in(static_cast<size_t>(n)), sum(in), gathered(in), bc(in);
+  for (int r = 0; r < n; ++r) {
+    in[size_t(r)].assign(count, r + 1);
+    sum[size_t(r)].assign(count, 0);
+    gathered[size_t(r)].assign(count * size_t(n), 0);
+    bc[size_t(r)].assign(count, r == 1 ? 99 : 0);
+  }
+  auto calls = [&](int r) {
+    ncclComm_t c = comms[size_t(r)];
+    EXPECT_EQ(ncclAllReduce(in[size_t(r)].data(), sum[size_t(r)].data(), count, ncclInt32, ncclSum, c, nullptr), ncclSuccess);
+    EXPECT_EQ(ncclAllGather(in[size_t(r)].data(), gathered[size_t(r)].data(), count, ncclInt32, c, nullptr), ncclSuccess);
+    EXPECT_EQ(ncclBroadcast(bc[size_t(r)].data(), bc[size_t(r)].data(), count, ncclInt32, 1, c, nullptr), ncclSuccess);
+  };
+  for (int round = 0; round < 20; ++round) {
+    std::thread alone([&] { calls(2); });
+    ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+    calls(0);
+    calls(1);
+    ASSERT_EQ(ncclGroupEnd(), ncclSuccess) << ncclGetLastError(nullptr);
+    alone.join();
+    for (int r = 0; r < n; ++r)
+      for (size_t i = 0; i < count; ++i) {
+        ASSERT_EQ(sum[size_t(r)][i], n * (n + 1) / 2) << "rank " << r;
+        ASSERT_EQ(bc[size_t(r)][i], 99) << "rank " << r;
+        for (int q = 0; q < n; ++q) ASSERT_EQ(gathered[size_t(r)][size_t(q) * count + i], q + 1) << "rank " << r;
+      }
+  }
+  destroyAll(comms);
+}
+
 TEST(CommFeatures, InitRankScalableWithSeveralIds) {
   const int n = 3;
   ncclUniqueId ids[2];

@@ -45,7 +45,8 @@ import sys
 DATE = re.compile(r"^\d{4}-\d\d-\d\d$")
 CLOCK = re.compile(r"^\d\d:\d\d:\d\d$")
 STARTING = re.compile(r"^#\s*Collective test starting:\s*(\S+)")
-MPI_STARTING = re.compile(r"^#\s*(mpi_\w+):")
+# "# mpi_coll_perf: allreduce, ..." names the table mpi_allreduce.
+MPI_STARTING = re.compile(r"^#\s*(mpi_\w+):\s*(\w+)?")
 COLUMN_HEADER = re.compile(r"^#\s*size(\(B\))?\s+count\b")
 MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*", "<", ">", "h", "p"]
 PLACEMENT = {False: "out-of-place", True: "in-place"}
@@ -145,9 +146,13 @@ def parse_text(text, label):
 
     for line in text.splitlines():
         if line.startswith("#"):
-            m = STARTING.match(line) or MPI_STARTING.match(line)
+            m = STARTING.match(line)
+            mpi = MPI_STARTING.match(line)
             if m:
                 start_table(m.group(1))
+            elif mpi:
+                coll = mpi.group(1) == "mpi_coll_perf" and mpi.group(2)
+                start_table("mpi_" + coll if coll else mpi.group(1))
             elif COLUMN_HEADER.match(line):
                 start_table()
             continue

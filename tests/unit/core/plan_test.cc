@@ -39,6 +39,7 @@ std::string caseName(const Case& c) {
 int64_t apply(RedOp op, int64_t a, int64_t b) {
   switch (op) {
     case RedOp::kSum: return a + b;
+    case RedOp::kPreMulSum: return a + b;  // runCase's scalar is 1
     case RedOp::kProd: return a * b;
     case RedOp::kMax: return std::max(a, b);
     case RedOp::kMin: return std::min(a, b);
@@ -84,6 +85,7 @@ void runCase(const Case& c, size_t sliceBytes, int channels = 1,
   op.type = DataType::kInt64;
   op.root = root;
   op.reduction = kernels::Reduction{DataType::kInt64, c.op, 0, 1};
+  if (c.op == RedOp::kPreMulSum) op.reduction.scalar = 1;  // int64 1: pre-multiplied sends through staging
   for (int r = 0; r < n; ++r) {
     auto* s = reinterpret_cast<std::byte*>(send[size_t(r)].data());
     auto* d = reinterpret_cast<std::byte*>(recv[size_t(r)].data());
@@ -196,6 +198,15 @@ TEST(PlanSimulator, TwoShotAndSlicedDirect) {
         runCase(Case{OpKind::kAllReduce, n, count, RedOp::kSum, inPlace, Algorithm::kTwoShot}, 256, n % 4 == 0 ? 3 : 1);
         if (HasFatalFailure()) return;
       }
+  // PreMulSum stages every send: a slice's sends and its fold's receives
+  // must all find slots (a rendezvous transport completes a send only when
+  // the receiver posted).
+  for (int n : {2, 4, 8, 32})
+    for (size_t count : {size_t(100), size_t(5000)}) {
+      runCase(Case{OpKind::kAllReduce, n, count, RedOp::kPreMulSum, false, Algorithm::kTwoShot}, 64 * 1024);
+      runCase(Case{OpKind::kAllReduce, n, count, RedOp::kPreMulSum, true, Algorithm::kDirect}, 64 * 1024);
+      if (HasFatalFailure()) return;
+    }
   for (OpKind kind : {OpKind::kReduceScatter, OpKind::kReduce})
     for (int n : {2, 3, 7})
       for (RedOp op : {RedOp::kSum, RedOp::kMax})
