@@ -333,9 +333,12 @@ Status Communicator::connectPeersAtInit() {
   conns_.resize(size_t(nranks_) * size_t(options_.channels));
   connPtrs_.assign(conns_.size(), nullptr);
   scheduleFromTable();
-  if (mode_ == Mode::kHost && options_.latencyPath && nranks_ > 1 && nranks_ <= transport::shm::kBoardMaxMembers &&
-      tuning_.links == LinkClass::kSharedMemory) {
-    LOOM_ASSIGN_OR_RETURN(latency_, LatencyPath::setup(*bootstrap_, rank_, nranks_, tuning_,
+  // Every rank of a single-host host-mode communicator takes part in the
+  // board's setup (all know from the shared table that it applies), each
+  // saying whether its own settings want it.
+  if (mode_ == Mode::kHost && nranks_ > 1 && nranks_ <= transport::shm::kBoardMaxMembers && singleHost_) {
+    const bool wanted = options_.latencyPath && tuning_.links == LinkClass::kSharedMemory;
+    LOOM_ASSIGN_OR_RETURN(latency_, LatencyPath::setup(*bootstrap_, rank_, nranks_, wanted, tuning_,
                                                        Deadline::afterSeconds(options_.initTimeoutS), &abort_));
   }
   // Ring neighbours are connected now, so a rank that dies before the first
@@ -392,6 +395,7 @@ void Communicator::scheduleFromTable() {
   rings_.clear();
   for (const auto& ring : schedule_.rings) rings_.push_back(ring.order);
   tuning_.nranks = nranks_;
+  singleHost_ = layout.hosts.size() == 1;
   tuning_.links = layout.hosts.size() > 1 || options_.link.selection.shmDisabled ? LinkClass::kNetwork
                                                                                   : LinkClass::kSharedMemory;
   tuning_.device = mode_ == Mode::kCuda;

@@ -304,6 +304,7 @@ class Communicator {
   TuningContext tuning_;
   int spinRounds_ = 64;
   bool cpusShared_ = false;
+  bool singleHost_ = false;  // every rank on this host (from the shared table)
   PlanCache planCache_;
   std::unique_ptr<LatencyPath> latency_;
   int rank_ = 0;

@@ -51,26 +51,27 @@ LatencyPath::LatencyPath(transport::shm::Board board, int rank, int nranks, cons
   }
 }
 
-Result<std::unique_ptr<LatencyPath>> LatencyPath::setup(Bootstrap& bootstrap, int rank, int nranks,
+Result<std::unique_ptr<LatencyPath>> LatencyPath::setup(Bootstrap& bootstrap, int rank, int nranks, bool wanted,
                                                         const TuningContext& tuning, Deadline deadline,
                                                         const std::atomic<bool>* abort) {
   using transport::shm::Board;
   using transport::shm::BoardDescriptor;
   std::vector<BoardDescriptor> descs(static_cast<size_t>(nranks));
-  Result<Board> board = internalError("not the leader");
-  if (rank == 0) {
+  Result<Board> board = internalError("not wanted here (LOOM_LATENCY_PATH, NCCL_PROTO or NCCL_SHM_DISABLE)");
+  if (rank == 0 && wanted) {
     board = Board::create(nranks, slotBytesFor(nranks));
     if (board.isOk()) descs[0] = board->describe();
   }
   LOOM_TRY(bootstrap.allGather(descs.data(), sizeof(BoardDescriptor), deadline, abort));
-  if (rank != 0) board = descs[0].magic ? Board::open(descs[0]) : Result<Board>(remoteError("rank 0 has no board"));
+  if (rank != 0 && wanted)
+    board = descs[0].magic ? Board::open(descs[0]) : Result<Board>(remoteError("rank 0 has no board"));
   if (board.isOk()) board->join(rank);
   std::vector<uint8_t> ok(static_cast<size_t>(nranks));
   ok[size_t(rank)] = board.isOk() ? 1 : 0;
   LOOM_TRY(bootstrap.allGather(ok.data(), 1, deadline, abort));
   for (int r = 0; r < nranks; ++r) {
     if (!ok[size_t(r)]) {
-      LOOM_INFO(log::kInit, "rank %d: no shared-memory board (the latency path) because rank %d could not set it up%s%s",
+      LOOM_INFO(log::kInit, "rank %d: no shared-memory board (the latency path) because rank %d has none%s%s",
                 rank, r, r == rank ? ": " : "", r == rank ? board.status().message().c_str() : "");
       return std::unique_ptr<LatencyPath>();
     }

@@ -29,11 +29,13 @@ class Communicator;
 
 class LatencyPath {
  public:
-  // Collective over the bootstrap: every rank of the communicator calls it.
-  // Returns null on every rank when any rank could not set up the board
-  // (logged): the communicator then runs plans only.
-  // `tuning` decides up to which size each collective runs here.
-  static Result<std::unique_ptr<LatencyPath>> setup(Bootstrap& bootstrap, int rank, int nranks,
+  // Collective over the bootstrap: every rank of a single-host host-mode
+  // communicator calls it, `wanted` or not (its settings may say no), so
+  // ranks whose settings differ still exchange in step. Returns null on
+  // every rank when any rank does not want the board or could not set it
+  // up (logged): the communicator then runs plans only. `tuning` decides
+  // up to which size each collective runs here.
+  static Result<std::unique_ptr<LatencyPath>> setup(Bootstrap& bootstrap, int rank, int nranks, bool wanted,
                                                     const TuningContext& tuning, Deadline deadline,
                                                     const std::atomic<bool>* abort);
   // Whether `op` runs here: a collective whose data fits a slot, small

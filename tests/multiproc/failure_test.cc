@@ -137,6 +137,23 @@ TEST_F(FailureTest, MissingRankEndsInitAfterInitTimeout) {
   }
 }
 
+// Ranks whose settings disagree on the latency path (LOOM_LATENCY_PATH,
+// NCCL_PROTO, NCCL_SHM_DISABLE) still initialize in step and agree on where
+// each collective runs: small collectives and send/recv in a loop, no hang.
+TEST_F(FailureTest, LatencyPathSettingsThatDifferStillMeet) {
+  const std::vector<std::vector<std::string>> envs = {
+      {"LOOM_LATENCY_PATH=1"}, {"LOOM_LATENCY_PATH=0"}, {"NCCL_PROTO=LL,Simple"}};
+  for (int r = 0; r < 3; ++r)
+    spawn({"loop", "rank=" + std::to_string(r), "nranks=3", "steps=60", "count=16", "limit_s=60"},
+          commEnv(envs[size_t(r)]));
+  for (int r = 0; r < 3; ++r) {
+    ChildProcess& k = *kids_[size_t(r)];
+    ASSERT_TRUE(k.wait(kEndsWithinS)) << "rank " << r << " did not finish:\n" << k.output();
+    EXPECT_EQ(k.status(), 0) << k.output();
+    EXPECT_EQ(resultField(k.output(), "code"), "0") << k.output();
+  }
+}
+
 // Rank 1 sleeps instead of joining the AllReduce; rank 0 gives up after
 // LOOM_TIMEOUT_S=2 and says it waits for rank 1.
 TEST_F(FailureTest, OperationTimeoutNamesTheRankWaitedFor) {
