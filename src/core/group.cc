@@ -228,7 +228,7 @@ class Engine {
     if (task.board) {
       LatencyPath* lp = comm->latencyPath();
       if (!cr.boardStarted) {
-        lp->start(task.ops[0], task.seq);
+        lp->start(task.ops[0]);
         comm->flight().started(task.flightId);
         cr.boardStarted = true;
         *progressed = true;
@@ -461,24 +461,31 @@ Status runSingle(const CommRef& comm, const OpDesc& op) {
   Communicator* c = comm.get();
   LOOM_TRY(waitTurn(c));
   std::unique_lock<std::mutex> lock(c->opMutex());
-  if (LatencyPath* lp = c->latencyPath(); lp && lp->takes(op)) {
-    {
-      LOOM_TRY(c->asyncError());
-      if (c->aborted()) return abortedError(std::string("running ") + opKindName(op.kind));
-      const uint64_t seq = c->nextSeq();
-      const uint64_t id = recordCollective(c, op, seq, true);
-      Status s = lp->run(op, seq, *c);
-      c->flight().finished(id, s.isOk());
-      if (!s.isOk()) {
-        LOOM_WARN("%s", s.toString().c_str());
-        c->fail(s, !c->aborted());
-      }
-      return s;
-    }
-  }
   std::vector<CommRun> runs;
-  runs.push_back(CommRun{c, {}, 0, nullptr});
-  LOOM_TRY(buildTasks(c, std::span<const OpDesc>(&op, 1), &runs[0].tasks));
+  if (LatencyPath* lp = c->latencyPath(); lp && lp->takes(op)) {
+    // On the board, at once; a rank that is late is waited for by the
+    // engine, as in a group.
+    LOOM_TRY(c->asyncError());
+    if (c->aborted()) return abortedError(std::string("running ") + opKindName(op.kind));
+    const uint64_t seq = c->nextSeq();
+    const uint64_t flightId = recordCollective(c, op, seq, true);
+    lp->start(op);
+    if (lp->finishSoon(c->cpusShared(), c->spinRounds())) {
+      c->flight().finished(flightId, true);
+      return Status::ok();
+    }
+    Task t;
+    t.ops = {op};
+    t.board = true;
+    t.seq = seq;
+    t.flightId = flightId;
+    runs.push_back(CommRun{c, {}, 0, nullptr});
+    runs[0].tasks.push_back(std::move(t));
+    runs[0].boardStarted = true;
+  } else {
+    runs.push_back(CommRun{c, {}, 0, nullptr});
+    LOOM_TRY(buildTasks(c, std::span<const OpDesc>(&op, 1), &runs[0].tasks));
+  }
   log::ScopedRank logRank(c->rank());
   return Engine(std::move(runs), nullptr).run();
 }

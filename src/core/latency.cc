@@ -14,20 +14,13 @@ namespace {
 // Slots: 64 KiB each, less for many ranks (kBoardSlots per rank).
 constexpr size_t kMaxSlotBytes = size_t(64) << 10;
 constexpr size_t kBoardBudget = size_t(4) << 20;
-constexpr int kYields = 32;  // after the spins, before sleeping
+constexpr int kYields = 32;  // after the spins, before the engine takes over
 constexpr int kSharedYields = 2000;  // ranks share CPUs: yield instead of spinning
-constexpr int kSleepMs = 10;
 
 size_t slotBytesFor(int nranks) {
   size_t per = kBoardBudget / (size_t(transport::shm::kBoardSlots) * size_t(nranks));
   per = per / 4096 * 4096;
   return std::clamp<size_t>(per, 4096, kMaxSlotBytes);
-}
-
-// As the engine names operations: "AllReduce #17 (2 x float)".
-std::string opName(const OpDesc& op, uint64_t seq) {
-  return std::string(opKindName(op.kind)) + " #" + std::to_string(seq) + " (" + std::to_string(op.count) + " x " +
-         kernels::dataTypeName(op.type) + ")";
 }
 
 }  // namespace
@@ -91,48 +84,29 @@ bool LatencyPath::takes(const OpDesc& op) const {
   return bytes <= maxBytes_[size_t(index)];
 }
 
-Status LatencyPath::waitFor(int q, uint64_t want, Communicator& comm, const OpDesc& op, uint64_t seq) {
-  if (board_.seen(q) >= want) return Status::ok();
+bool LatencyPath::waitBriefly(bool cpusShared, int spinRounds) const {
+  if (board_.seen(waiting_) >= want_) return true;
   // Every rank has a CPU: spin (pause-spins cost a fraction of an engine
   // round). Ranks share CPUs: the one we wait for may be waiting for ours,
   // so hand it over at once.
-  const bool dedicated = !comm.cpusShared();
-  if (dedicated && board_.wait(q, want, comm.spinRounds() * 8, 0)) return Status::ok();
-  for (int i = 0; i < (dedicated ? kYields : kSharedYields); ++i) {
+  if (!cpusShared && board_.wait(waiting_, want_, spinRounds * 8, 0)) return true;
+  for (int i = 0; i < (cpusShared ? kSharedYields : kYields); ++i) {
     sched_yield();
-    if (board_.seen(q) >= want) return Status::ok();
+    if (board_.seen(waiting_) >= want_) return true;
   }
-  const Clock::time_point since = Clock::now();
-  const std::string name = opName(op, seq);
-  int warnings = 0;
-  for (;;) {
-    if (board_.wait(q, want, 0, kSleepMs)) return Status::ok();
-    if (comm.aborted()) return abortedError("running " + name);
-    comm.pollNotices();
-    LOOM_TRY(comm.asyncError());
-    LOOM_TRY(checkWaited(comm));
-    const double timeout = comm.timeoutS();
-    const double stalled = secondsSince(since);
-    // The stall inspector, as the engine's (core/group.cc).
-    const double period = comm.options().stallWarnS;
-    if (period > 0 && stalled >= period * double(warnings + 1) && (timeout <= 0 || stalled < timeout)) {
-      warnings = int(stalled / period);
-      const std::string ends = timeout > 0 ? "it fails after LOOM_TIMEOUT_S=" + std::to_string(int(timeout)) + " s"
-                                           : "LOOM_TIMEOUT_S=0: it waits for ever";
-      LOOM_WARN("%s: %s has made no progress for %d s; waiting for %s (LOOM_STALL_WARN_S=%d; %s)",
-                comm.describe().c_str(), name.c_str(), int(stalled), comm.describePeer(q).c_str(), int(period),
-                ends.c_str());
-    }
-    if (timeout > 0 && stalled > timeout) {
-      return remoteError(name + " made no progress for " + std::to_string(int(timeout)) +
-                         " s (LOOM_TIMEOUT_S); waiting for " + comm.describePeer(q));
-    }
-  }
+  return false;
 }
 
-void LatencyPath::start(const OpDesc& op, uint64_t seq) {
+bool LatencyPath::finishSoon(bool cpusShared, int spinRounds) {
+  bool progressed = false;
+  while (!step(&progressed)) {
+    if (!waitBriefly(cpusShared, spinRounds)) return false;
+  }
+  return true;
+}
+
+void LatencyPath::start(const OpDesc& op) {
   op_ = op;
-  opSeq_ = seq;
   s_ = ++seq_;
   phase_ = Phase::kClaim;
   waiting_ = -1;
@@ -239,24 +213,11 @@ Status LatencyPath::checkWaited(Communicator& comm) const {
     return Status::ok();
   return remoteError(comm.describePeer(waiting_) +
                      (board_.alive(waiting_) ? " left the communicator (destroyed or aborted)" : " exited") +
-                     " during " + opName(op_, opSeq_));
+                     " during the operation");
 }
 
 void LatencyPath::sleep(int ms) const {
   if (phase_ != Phase::kDone && waiting_ >= 0) board_.wait(waiting_, want_, 0, ms);
-}
-
-Status LatencyPath::run(const OpDesc& op, uint64_t seq, Communicator& comm) {
-  start(op, seq);
-  bool progressed = false;
-  while (!step(&progressed)) {
-    if (Status st = waitFor(waiting_, want_, comm, op, seq); !st.isOk()) {
-      if (st.code() == Code::kRemoteError && !comm.aborted()) st = comm.preferPeerReport(st);
-      phase_ = Phase::kDone;
-      return Status(st.code(), comm.describe() + ": " + opName(op, seq) + " failed: " + st.message());
-    }
-  }
-  return Status::ok();
 }
 
 }  // namespace loom::core

@@ -6,9 +6,9 @@
 // the ranks' data in rank order, as the direct algorithms do, so results
 // are the same bits on every rank and as over the direct plans.
 //
-// Used for operations outside a group, in host mode, whose data fits a slot
-// and for which the cost model picks the direct algorithm (NCCL_ALGO can
-// exclude it); everything else runs plans.
+// Used in host mode for collectives whose data fits a slot and for which
+// the cost model picks the direct algorithm (NCCL_ALGO can exclude it),
+// grouped or not; everything else runs plans.
 #pragma once
 
 #include <array>
@@ -41,30 +41,30 @@ class LatencyPath {
   // Whether `op` runs here: a collective whose data fits a slot, small
   // enough that the cost model picks the direct algorithm for it.
   bool takes(const OpDesc& op) const;
-  // Runs `op` (with its resolved reduction) to the end, waiting as needed;
-  // every rank calls it for the same operation. `seq` is the
-  // communicator's operation number (for messages). An error names the
-  // communicator, the operation and the peer; the caller fails the
-  // communicator with it.
-  Status run(const OpDesc& op, uint64_t seq, Communicator& comm);
-
-  // The same without blocking, for the engine, which runs it among other
-  // operations (a group that drives several ranks from one thread):
+  // Runs `op` (with its resolved reduction) without blocking, so that the
+  // engine can run it among other operations (a group that drives several
+  // ranks from one thread); every rank calls it for the same operation.
   // start(), then step() until it returns true; while it returns false,
   // waitingFor() names the rank it waits for, checkWaited() fails when that
   // rank has left or died, and sleep() waits for it at most `ms`.
-  void start(const OpDesc& op, uint64_t seq);
+  void start(const OpDesc& op);
   bool step(bool* progressed);
   int waitingFor() const { return phase_ == Phase::kDone ? -1 : waiting_; }
   Status checkWaited(Communicator& comm) const;
   void sleep(int ms) const;
+  // After start(), for a lone call in the calling thread: steps and waits
+  // as the latency of a small operation wants (spin when every rank has a
+  // CPU, yield when they share: Communicator::cpusShared() and
+  // spinRounds()). False when a rank is still late: the engine then waits
+  // for it, with its stall warnings, timeout and failure handling.
+  bool finishSoon(bool cpusShared, int spinRounds);
   size_t slotBytes() const { return board_.slotBytes(); }
 
  private:
   LatencyPath(transport::shm::Board board, int rank, int nranks, const TuningContext& tuning);
-  // Waits until rank q has published `want`; bounded by the communicator's
-  // timeout, its abort flag and q's liveness.
-  Status waitFor(int q, uint64_t want, Communicator& comm, const OpDesc& op, uint64_t seq);
+  // Spins or yields (finishSoon's budget) until the awaited rank has
+  // published; false when it has not.
+  bool waitBriefly(bool cpusShared, int spinRounds) const;
   // True when every rank of `peers` has published `want`; else notes the
   // first that has not (waiting_, want_).
   bool allPublished(const std::vector<int>& peers, uint64_t want);
@@ -80,7 +80,6 @@ class LatencyPath {
   enum class Phase { kClaim, kRead, kDone };
   Phase phase_ = Phase::kDone;
   OpDesc op_{};
-  uint64_t opSeq_ = 0;  // the communicator's number for it
   uint64_t s_ = 0;      // its board sequence number
   int waiting_ = -1;    // the rank it waits for, and for which sequence
   uint64_t want_ = 0;
