@@ -6,6 +6,9 @@
 
 #include "common/settings.h"
 #include "transport/cudaipc/transport.h"
+#if LOOM_HAVE_VERBS
+#include "transport/ib/transport.h"
+#endif
 #include "transport/loopback/transport.h"
 #include "transport/shm/transport.h"
 #include "transport/tcp/transport.h"
@@ -37,7 +40,12 @@ struct Network {
   std::string whyNot(const Selection& s) const {
     if (sameName(ncclName, "IB")) {
       if (s.ibDisabled) return "NCCL_IB_DISABLE=1";
-      return "this build of loom has no InfiniBand/RoCE verbs backend yet";
+#if LOOM_HAVE_VERBS
+      std::string why;
+      if (ib::usablePorts(&why).empty()) return why;
+#else
+      return "this build of loom has no verbs backend (libibverbs-dev was missing when it was built)";
+#endif
     }
     return "";
   }
@@ -59,8 +67,29 @@ Result<std::string> Selection::network() const {
   return internalError("no network backend can be used");
 }
 
+bool Selection::wantsNetwork(std::string_view ncclName) const {
+  if (net.empty()) return true;
+  for (const Network& n : kNetworks)
+    if (sameName(ncclName, n.ncclName)) return sameName(net, n.ncclName) || sameName(net, n.loomName);
+  return false;
+}
+
+bool Selection::requiresVerbs() const { return !net.empty() && wantsNetwork("IB"); }
+
+uint32_t localTransports(const Selection& selection) {
+  uint32_t bits = 0;
+#if LOOM_HAVE_VERBS
+  if (!selection.ibDisabled && selection.wantsNetwork("IB") && !ib::usablePorts(nullptr).empty()) bits |= kTransportVerbs;
+#endif
+  return bits;
+}
+
 std::span<const Backend* const> backends() {
+#if LOOM_HAVE_VERBS
+  static const std::array<const Backend*, 3> table = {&cudaipc::backend(), &shm::backend(), &ib::backend()};
+#else
   static const std::array<const Backend*, 2> table = {&cudaipc::backend(), &shm::backend()};
+#endif
   return table;
 }
 

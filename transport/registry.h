@@ -31,12 +31,16 @@
 
 namespace loom::transport {
 
+// Transports a rank can use, as it tells its peers in the init exchange.
+inline constexpr uint32_t kTransportVerbs = 1u << 0;  // a usable verbs port (transport/ib)
+
 // What the two ranks of a pair know of each other (from the init exchange).
 struct PeerView {
   int rank = -1;
   uint64_t hostHash = 0;     // equal: same host (NCCL_HOSTID, else hostname + boot id)
   uint32_t pid = 0;
   MemoryType memory = MemoryType::kHost;  // what the communicator's buffers are
+  uint32_t transports = 0;                // kTransport* bits
 };
 
 // Settings that steer the choice, read once per communicator.
@@ -51,7 +55,15 @@ struct Selection {
   // above applies), by NCCL's name ("Socket"), or why the one NCCL_NET
   // names cannot be used: a named network is required, not a hint.
   Result<std::string> network() const;
+  // True unless NCCL_NET names a network other than this one (NCCL's name).
+  bool wantsNetwork(std::string_view ncclName) const;
+  // True when NCCL_NET names IB: a pair no same-host backend takes must
+  // then use verbs, and fails rather than fall back to sockets.
+  bool requiresVerbs() const;
 };
+
+// The kTransport* bits this process can offer under `selection`.
+uint32_t localTransports(const Selection& selection);
 
 class Backend {
  public:

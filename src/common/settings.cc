@@ -130,9 +130,25 @@ constexpr Spec kTable[] = {
     {"NCCL_NET", T::kString, "", "NET",
      "The network backend between ranks: Socket (TCP; loom's name tcp is accepted too) or IB "
      "(InfiniBand/RoCE verbs). Required, not a hint: init fails, saying why, when the named "
-     "backend cannot be used. Unset: the best available one (today always Socket)."},
+     "backend cannot be used. Unset: IB where an active verbs port is found, else Socket."},
     {"NCCL_IB_DISABLE", T::kBool, "0", "NET",
      "1: never use InfiniBand/RoCE verbs; the network backend is Socket."},
+    {"NCCL_IB_HCA", T::kString, "", "NET",
+     "Verbs ports loom may use: names with optional :port, comma-separated (mlx5_0:1,mlx5_1); a "
+     "leading ^ excludes the listed ones, a leading = (after any ^) matches names exactly instead of "
+     "as prefixes. Empty: every active port."},
+    {"NCCL_IB_GID_INDEX", T::kInt, "-1", "NET",
+     "GID table index RoCE queue pairs address; -1 picks one: the first RoCE v2 GID with an "
+     "IPv4-mapped address, else the first RoCE v2 GID, else index 0."},
+    {"NCCL_IB_TIMEOUT", T::kInt, "20", "NET",
+     "Verbs local ACK timeout exponent (4.096 us x 2^value per try), 1 .. 31. With NCCL_IB_RETRY_CNT it "
+     "bounds how long a dead peer or a lost link goes unnoticed."},
+    {"NCCL_IB_RETRY_CNT", T::kInt, "7", "NET", "Verbs transport retries before a send fails, 0 .. 7."},
+    {"NCCL_IB_QPS_PER_CONNECTION", T::kInt, "1", "NET",
+     "Queue pairs per verbs connection, 1 .. 16; a message's FIFO slots go round-robin over them."},
+    {"LOOM_IB_FIFO_BYTES", T::kInt, "1048576", "NET",
+     "Bytes of each verbs connection's receive FIFO (and of its send staging area), split into 8 "
+     "slots; messages bigger than a slot span several. 8192 .. 268435456."},
     {"NCCL_P2P_DISABLE", T::kBool, "0", "P2P",
      "1: never move device buffers directly between GPUs of one host (CUDA IPC); they go "
      "through host memory."},

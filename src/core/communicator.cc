@@ -264,6 +264,7 @@ Status Communicator::initFromId(const uint8_t id[kUniqueIdBytes], int nranks, in
     LOOM_ASSIGN_OR_RETURN(self.gpuUuid, device::api()->deviceUuid(device));
   }
   self.hostname = topology::hostName();
+  self.transports = transport::localTransports(options_.link.selection);
   LOOM_TRY(placeSelf(&self, device));
   Deadline deadline = Deadline::afterSeconds(options_.initTimeoutS + 15);
   Status s = bootstrap_->joinRoot(root, self, deadline, &abort_);

@@ -19,6 +19,7 @@ transport::PeerView viewOf(int rank, const wire::RankInfo& info) {
   v.hostHash = info.hostHash;
   v.pid = info.pid;
   v.memory = info.mode == uint32_t(Mode::kHost) ? transport::MemoryType::kHost : transport::MemoryType::kDevice;
+  v.transports = info.transports;
   return v;
 }
 
@@ -158,6 +159,12 @@ Status PeerLink::startUpgrade(Bootstrap& bootstrap) {
   backend_ = transport::choose(viewOf(self_, bootstrap.peer(self_)), viewOf(peer_, bootstrap.peer(peer_)),
                                options_.selection, &reasons, backend_);
   if (!backend_) {
+    // NCCL_NET=IB is a requirement: a pair that no same-host backend took
+    // and verbs could not connect fails instead of using its sockets.
+    if (options_.selection.requiresVerbs()) {
+      return invalidUsage("NCCL_NET=" + options_.selection.net + " asks for verbs, but rank " + std::to_string(self_) +
+                          " cannot reach rank " + std::to_string(peer_) + " over them: " + reasons);
+    }
     LOOM_INFO(log::kInit, "rank %d: %s to rank %d (%s)", self_, network_->kind(), peer_, reasons.c_str());
     result_ = std::move(network_);
     phase_ = Phase::kReady;

@@ -32,6 +32,7 @@ std::vector<uint8_t> encode(const RankInfo& info) {
     putPath(nic.pciPath);
   }
   w.putString(std::string_view(info.hostname).substr(0, kMaxHostnameBytes));
+  w.put(info.transports);
   return out;
 }
 
@@ -79,6 +80,7 @@ Result<RankInfo> decodeRankInfo(std::span<const uint8_t> blob) {
     return remoteError("the peer sent a malformed rank info");
   }
   r.getString(&info.hostname, kMaxHostnameBytes);
+  r.get(&info.transports);
   LOOM_TRY(r.finish());
   return info;
 }

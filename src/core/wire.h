@@ -84,9 +84,11 @@ struct RankInfo {
   std::vector<std::string> pciPath;  // at most kMaxPciDepth bus ids
   std::vector<topology::NicPlace> nics;  // at most kMaxNics
   std::string hostname;              // at most kMaxHostnameBytes
+  uint32_t transports = 0;           // transport::kTransport* bits this rank can use
 };
 // 2: gpuUuid (before the hostname). 3: numa, pciPath, nics (before the hostname).
-constexpr uint32_t kRankInfoVersion = 3;
+// 4: transports (after the hostname).
+constexpr uint32_t kRankInfoVersion = 4;
 constexpr size_t kMaxPciDepth = 16;
 constexpr size_t kMaxNics = 32;
 constexpr size_t kMaxNameBytes = 64;  // a bus id or NIC name

@@ -21,7 +21,7 @@ install() {
 
 install cmake ninja-build g++ make pkg-config libgtest-dev libgmock-dev libbenchmark-dev \
         iproute2 procps python3 gdb libhwloc-dev graphviz \
-        python3-venv python3-dev python3-matplotlib openmpi-bin
+        python3-venv python3-dev python3-matplotlib openmpi-bin libibverbs-dev
 if [ "${1:-}" = --clang ]; then
   install clang
   # The sanitizer runtimes and libFuzzer come with the compiler-rt of the

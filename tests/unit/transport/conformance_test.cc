@@ -5,7 +5,10 @@
 // A backend joins the suite with a kit (below: LoopbackKit, TcpKit, ShmKit)
 // and one line in kAllKits, plus one in kPeerKits when it connects two
 // different ranks (loopback connects a rank to itself, so the tests of a
-// peer that closes, dies or sends garbage do not apply to it).
+// peer that closes, dies or sends garbage do not apply to it). The verbs
+// kit (IbKit) needs an active verbs port: this file is built a second time
+// with LOOM_CONFORMANCE_IB for it, and the rdma tier runs that binary in a
+// soft-RoCE guest (tests/rdma).
 //
 // A kit provides:
 //   kName                 the backend's name, as Connection::kind() says it
@@ -40,6 +43,10 @@
 #include <vector>
 
 #include "shm_test_util.h"
+#if LOOM_CONFORMANCE_IB
+#include "transport/ib/connection.h"
+#include "transport/ib/transport.h"
+#endif
 #include "transport/shm/connection.h"
 #include "transport/shm/transport.h"
 #include "transport/transport.h"
@@ -166,6 +173,67 @@ struct ShmKit {
   }
 };
 
+#if LOOM_CONFORMANCE_IB
+// Through the registry's backend, as core sets it up, on the first usable
+// verbs port (in the guest: rxe0, both halves on it).
+struct IbKit {
+  static constexpr const char* kName = "ib";
+
+  static Result<Pair> makePair() {
+    const Backend& backend = ib::backend();
+    std::vector<uint8_t> ea, eb;
+    Pair p;
+    LOOM_ASSIGN_OR_RETURN(p.a, backend.listen(1, &ea));
+    LOOM_ASSIGN_OR_RETURN(p.b, backend.listen(0, &eb));
+    LOOM_TRY(backend.connect(*p.a, eb));
+    LOOM_TRY(backend.connect(*p.b, ea));
+    return p;
+  }
+
+  // The child makes its own half after the fork (verbs objects are not
+  // shared across fork); the endpoints cross the pipes.
+  static Result<std::unique_ptr<Child>> forkPeer(const PeerBody& body, std::unique_ptr<Connection>* a) {
+    const Backend& backend = ib::backend();
+    LOOM_ASSIGN_OR_RETURN(auto child, Child::start([&](Child& self) {
+      std::vector<uint8_t> eb;
+      auto b = backend.listen(0, &eb);
+      if (!b.isOk()) return 10;
+      const uint32_t n = uint32_t(eb.size());
+      if (!self.send(&n, sizeof n).isOk() || !self.send(eb.data(), n).isOk()) return 11;
+      uint32_t m = 0;
+      if (!self.recv(&m, sizeof m, Deadline::afterSeconds(30)).isOk() || m > 4096) return 12;
+      std::vector<uint8_t> ea(m);
+      if (!self.recv(ea.data(), m, Deadline::afterSeconds(30)).isOk()) return 13;
+      if (!backend.connect(*b.value(), ea).isOk()) return 14;
+      return body(*b.value(), self);
+    }));
+    uint32_t n = 0;
+    LOOM_TRY(child->recv(&n, sizeof n, Deadline::afterSeconds(30)));
+    if (n > 4096) return internalError("test: endpoint too large");
+    std::vector<uint8_t> eb(n), ea;
+    LOOM_TRY(child->recv(eb.data(), n, Deadline::afterSeconds(30)));
+    LOOM_ASSIGN_OR_RETURN(*a, backend.listen(1, &ea));
+    const uint32_t m = uint32_t(ea.size());
+    LOOM_TRY(child->send(&m, sizeof m));
+    LOOM_TRY(child->send(ea.data(), m));
+    LOOM_TRY(backend.connect(**a, eb));
+    return child;
+  }
+
+  // b writes random bytes into a's next FIFO slot (or a slot out of turn)
+  // over the wire, as a broken peer would.
+  static void garbage(Pair& p, std::mt19937& rng) {
+    auto& peer = static_cast<ib::IbConnection&>(p.B());
+    std::vector<uint8_t> bytes(ib::kSlotHeaderBytes + rng() % 512);
+    for (auto& x : bytes) x = uint8_t(rng());
+    bytes[0] = uint8_t(~0x4C);  // never the first byte of the slot magic
+    const uint32_t slot = rng() % 3 == 0 ? 1 + rng() % (ib::kSlots - 1) : 0;
+    ASSERT_TRUE(peer.writeRawForTest(bytes.data(), uint32_t(bytes.size()), slot).isOk());
+    ASSERT_TRUE(peer.progress().isOk());
+  }
+};
+#endif
+
 // ---- helpers ------------------------------------------------------------------
 
 // Drives both halves until `finished` holds, a progress() fails (returned),
@@ -269,7 +337,11 @@ class Conformance : public ::testing::Test {
   }
 };
 
+#if LOOM_CONFORMANCE_IB
+using kAllKits = ::testing::Types<IbKit>;
+#else
 using kAllKits = ::testing::Types<LoopbackKit, TcpKit, ShmKit>;
+#endif
 TYPED_TEST_SUITE(Conformance, kAllKits, KitNames);
 
 TYPED_TEST(Conformance, KindNamesTheBackend) {
@@ -484,7 +556,11 @@ TYPED_TEST(Conformance, MessageOverTwoGiB) {
 template <typename Kit>
 class PeerConformance : public Conformance<Kit> {};
 
+#if LOOM_CONFORMANCE_IB
+using kPeerKits = ::testing::Types<IbKit>;
+#else
 using kPeerKits = ::testing::Types<TcpKit, ShmKit>;
+#endif
 TYPED_TEST_SUITE(PeerConformance, kPeerKits, KitNames);
 
 // Drives `c` alone until progress() fails; the failure, or an error saying

@@ -40,16 +40,24 @@ TEST(Registry, NetworkBackendByName) {
     s.ibDisabled = ibDisabled;
     return s.network();
   };
+  // Unset, the best available: IB where this machine has a usable verbs
+  // port (the rdma tier's guest), else Socket.
+  const bool verbsHere = localTransports(Selection{}) & kTransportVerbs;
   for (const char* name : {"", "Socket", "socket", "SOCKET", "tcp"}) {
     auto n = net(name);
     ASSERT_TRUE(n.isOk()) << name << ": " << n.status().toString();
-    EXPECT_EQ(n.value(), "Socket") << name;
+    EXPECT_EQ(n.value(), *name == '\0' && verbsHere ? "IB" : "Socket") << name;
   }
   auto ib = net("IB");
-  ASSERT_FALSE(ib.isOk());
-  EXPECT_EQ(ib.status().code(), Code::kInvalidArgument);
-  EXPECT_NE(ib.status().message().find("NCCL_NET=IB cannot be used: "), std::string::npos) << ib.status().message();
-  EXPECT_NE(ib.status().message().find("no InfiniBand"), std::string::npos) << ib.status().message();
+  if (verbsHere) {
+    ASSERT_TRUE(ib.isOk()) << ib.status().toString();
+    EXPECT_EQ(ib.value(), "IB");
+  } else {
+    ASSERT_FALSE(ib.isOk());
+    EXPECT_EQ(ib.status().code(), Code::kInvalidArgument);
+    EXPECT_NE(ib.status().message().find("NCCL_NET=IB cannot be used: "), std::string::npos) << ib.status().message();
+    EXPECT_NE(ib.status().message().find("verbs"), std::string::npos) << ib.status().message();
+  }
   auto ibOff = net("ib", true);
   ASSERT_FALSE(ibOff.isOk());
   EXPECT_NE(ibOff.status().message().find("NCCL_IB_DISABLE=1"), std::string::npos) << ibOff.status().message();
@@ -70,8 +78,51 @@ TEST(Registry, EveryRefusalIsExplained) {
   noShm.shmDisabled = true;
   EXPECT_EQ(choose(view(0, 7), view(1, 7), noShm, &reasons), nullptr);
   EXPECT_NE(reasons.find("NCCL_SHM_DISABLE"), std::string::npos) << reasons;
-
 }
+
+#if LOOM_HAVE_VERBS
+// Verbs take a pair only when both ranks said (in the init exchange) that
+// they have a usable port, and only when NCCL_NET allows IB; same-host
+// pairs keep shared memory.
+TEST(Registry, VerbsNeedAPortOnBothRanks) {
+  auto withVerbs = [](PeerView v) {
+    v.transports |= kTransportVerbs;
+    return v;
+  };
+  std::string reasons;
+  EXPECT_EQ(choose(withVerbs(view(0, 7)), withVerbs(view(1, 8)), Selection{}, &reasons), find("ib")) << reasons;
+  EXPECT_EQ(choose(withVerbs(view(0, 7)), withVerbs(view(1, 7)), Selection{}, &reasons), find("shm")) << reasons;
+  Selection noShm;
+  noShm.shmDisabled = true;
+  EXPECT_EQ(choose(withVerbs(view(0, 7)), withVerbs(view(1, 7)), noShm, &reasons), find("ib")) << reasons;
+
+  reasons.clear();
+  EXPECT_EQ(choose(withVerbs(view(0, 7)), view(1, 8), Selection{}, &reasons), nullptr);
+  EXPECT_NE(reasons.find("ib: rank 1 has no usable verbs port"), std::string::npos) << reasons;
+  reasons.clear();
+  EXPECT_EQ(choose(view(0, 7), withVerbs(view(1, 8)), Selection{}, &reasons), nullptr);
+  EXPECT_NE(reasons.find("ib: this rank has no usable verbs port"), std::string::npos) << reasons;
+
+  Selection socket;
+  socket.net = "Socket";
+  reasons.clear();
+  EXPECT_EQ(choose(withVerbs(view(0, 7)), withVerbs(view(1, 8)), socket, &reasons), nullptr);
+  EXPECT_NE(reasons.find("ib: NCCL_NET=Socket"), std::string::npos) << reasons;
+  EXPECT_FALSE(socket.requiresVerbs());
+  Selection off;
+  off.ibDisabled = true;
+  reasons.clear();
+  EXPECT_EQ(choose(withVerbs(view(0, 7)), withVerbs(view(1, 8)), off, &reasons), nullptr);
+  EXPECT_NE(reasons.find("ib: NCCL_IB_DISABLE=1"), std::string::npos) << reasons;
+
+  Selection ib;
+  ib.net = "ib";
+  EXPECT_TRUE(ib.requiresVerbs());
+  EXPECT_TRUE(ib.wantsNetwork("IB"));
+  EXPECT_FALSE(ib.wantsNetwork("Socket"));
+  EXPECT_FALSE(Selection{}.requiresVerbs());
+}
+#endif
 
 // Device buffers: CUDA IPC first; without it (NCCL_P2P_DISABLE, or after
 // its connect failed) shared memory, through which the engine stages them

@@ -1,0 +1,480 @@
+#include "transport/ib/connection.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+
+#include "common/log.h"
+#include "common/settings.h"
+
+namespace loom::transport::ib {
+namespace {
+
+constexpr uint32_t kCountMask = 0x7fffffffu;  // running counts are modulo 2^31
+constexpr uint32_t kCreditFlag = 0x80000000u;
+
+// wr_id: kind in the top byte, queue pair in the next, slot below.
+enum WrKind : uint64_t { kData = 1, kCredit = 2, kProbe = 3, kRecv = 4 };
+uint64_t wrId(WrKind kind, int qp, uint32_t slot) { return (uint64_t(kind) << 56) | (uint64_t(qp) << 32) | slot; }
+WrKind wrKind(uint64_t id) { return WrKind(id >> 56); }
+int wrQp(uint64_t id) { return int((id >> 32) & 0xff); }
+uint32_t wrSlot(uint64_t id) { return uint32_t(id); }
+
+int clampInt(int64_t v, int lo, int hi) { return int(std::clamp<int64_t>(v, lo, hi)); }
+
+void freeAligned(void* p) { std::free(p); }
+
+}  // namespace
+
+IbConnection::Options IbConnection::Options::fromSettings() {
+  auto cfg = settings::current();
+  Options o;
+  o.qps = clampInt(cfg->getInt("NCCL_IB_QPS_PER_CONNECTION"), 1, int(kMaxQps));
+  o.fifoBytes = size_t(std::clamp<int64_t>(cfg->getInt("LOOM_IB_FIFO_BYTES"), 8192, int64_t(256) << 20));
+  o.timeout = clampInt(cfg->getInt("NCCL_IB_TIMEOUT"), 1, 31);
+  o.retryCount = clampInt(cfg->getInt("NCCL_IB_RETRY_CNT"), 0, 7);
+  return o;
+}
+
+IbConnection::IbConnection(int peer, const PortInfo& port, const Options& options)
+    : peer_(peer), port_(port), options_(options) {}
+
+Result<std::unique_ptr<IbConnection>> IbConnection::create(int peer, const PortInfo& port, const Options& options) {
+  std::unique_ptr<IbConnection> c(new IbConnection(peer, port, options));
+  LOOM_TRY(c->setUp());
+  return c;
+}
+
+std::string IbConnection::where() const {
+  return port_.device + ":" + std::to_string(port_.port) + " to rank " + std::to_string(peer_);
+}
+
+Status IbConnection::setUp() {
+  const Verbs* v = verbs();
+  LOOM_ASSIGN_OR_RETURN(device_, Device::open(port_.device));
+  const uint32_t perSlot = uint32_t(options_.fifoBytes / kSlots);
+  slotBytes_ = std::max<uint32_t>(perSlot / 64 * 64, 64) - kSlotHeaderBytes;
+  if (slotBytes_ == 0) slotBytes_ = 64;
+  slotStride_ = kSlotHeaderBytes + slotBytes_;
+  const size_t fifoBytes = size_t(slotStride_) * kSlots;
+  const size_t alloc = (fifoBytes + 4095) / 4096 * 4096;
+  fifo_ = {static_cast<uint8_t*>(std::aligned_alloc(4096, alloc)), freeAligned};
+  stage_ = {static_cast<uint8_t*>(std::aligned_alloc(4096, alloc)), freeAligned};
+  if (!fifo_ || !stage_) return systemError("out of memory for the verbs FIFO to rank " + std::to_string(peer_));
+  std::memset(fifo_.get(), 0, alloc);
+  std::memset(stage_.get(), 0, alloc);
+  fifoMr_ = v->regMr(device_->pd(), fifo_.get(), fifoBytes, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  if (!fifoMr_) return systemErrno("registering the verbs receive FIFO on " + where(), errno);
+  stageMr_ = v->regMr(device_->pd(), stage_.get(), fifoBytes, IBV_ACCESS_LOCAL_WRITE);
+  if (!stageMr_) return systemErrno("registering the verbs send staging area on " + where(), errno);
+
+  // Each queue pair: kSlots data writes, kSlots credits and one probe out;
+  // as many of the peer's coming in.
+  sqDepth_ = int(2 * kSlots + 2);
+  rqDepth_ = int(2 * kSlots + 2);
+  if (port_.maxQpWr > 0) {
+    sqDepth_ = std::min(sqDepth_, port_.maxQpWr);
+    rqDepth_ = std::min(rqDepth_, port_.maxQpWr);
+  }
+  channel_ = v->createCompChannel(device_->context());
+  if (!channel_) return systemErrno("creating a verbs completion channel on " + where(), errno);
+  const int flags = ::fcntl(channel_->fd, F_GETFL);
+  if (flags < 0 || ::fcntl(channel_->fd, F_SETFL, flags | O_NONBLOCK) < 0)
+    return systemErrno("making the completion channel non-blocking on " + where(), errno);
+  const int cqe = options_.qps * (sqDepth_ + rqDepth_);
+  cq_ = v->createCq(device_->context(), cqe, nullptr, channel_, 0);
+  if (!cq_) return systemErrno("creating a verbs completion queue of " + std::to_string(cqe) + " entries on " + where(), errno);
+
+  std::mt19937 rng(std::random_device{}());
+  local_.psn = rng() & 0xffffffu;
+  for (int i = 0; i < options_.qps; ++i) {
+    ibv_qp_init_attr init{};
+    init.send_cq = cq_;
+    init.recv_cq = cq_;
+    init.qp_type = IBV_QPT_RC;
+    init.cap.max_send_wr = uint32_t(sqDepth_);
+    init.cap.max_recv_wr = uint32_t(rqDepth_);
+    init.cap.max_send_sge = 1;
+    init.cap.max_recv_sge = 1;
+    ibv_qp* qp = v->createQp(device_->pd(), &init);
+    if (!qp) return systemErrno("creating a verbs queue pair on " + where(), errno);
+    qps_.push_back(qp);
+    ibv_qp_attr a{};
+    a.qp_state = IBV_QPS_INIT;
+    a.pkey_index = 0;
+    a.port_num = uint8_t(port_.port);
+    a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
+    if (int rc = v->modifyQp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
+      return systemErrno("moving a verbs queue pair to INIT on " + where(), rc);
+    local_.qpns.push_back(qp->qp_num);
+  }
+  sqUsed_.assign(qps_.size(), 0);
+  for (int i = 0; i < int(qps_.size()); ++i) LOOM_TRY(postRecv(i, rqDepth_));
+  local_.lid = port_.lid;
+  std::memcpy(local_.gid, port_.gid.raw, sizeof local_.gid);
+  local_.mtu = uint8_t(port_.activeMtu);
+  local_.ethernet = port_.ethernet ? 1 : 0;
+  local_.fifoAddr = reinterpret_cast<uintptr_t>(fifo_.get());
+  local_.fifoRkey = fifoMr_->rkey;
+  local_.slots = kSlots;
+  local_.slotStride = slotStride_;
+  local_.device = port_.device + ":" + std::to_string(port_.port);
+  return Status::ok();
+}
+
+IbConnection::~IbConnection() {
+  const Verbs* v = verbs();
+  if (!v) return;
+  for (ibv_qp* qp : qps_) {
+    if (device_) device_->forget(qp);
+    v->destroyQp(qp);
+  }
+  if (cq_) {
+    takeEvents();  // every event must be acknowledged before the queue goes
+    v->destroyCq(cq_);
+  }
+  if (channel_) v->destroyCompChannel(channel_);
+  if (fifoMr_) v->deregMr(fifoMr_);
+  if (stageMr_) v->deregMr(stageMr_);
+}
+
+Status IbConnection::attach(const IbEndpoint& peer) {
+  if (peer.qpns.size() != qps_.size()) {
+    return invalidUsage("rank " + std::to_string(peer_) + " uses " + std::to_string(peer.qpns.size()) +
+                        " queue pairs per verbs connection, this rank " + std::to_string(qps_.size()) +
+                        " (set NCCL_IB_QPS_PER_CONNECTION alike on every rank)");
+  }
+  if (bool(peer.ethernet) != port_.ethernet) {
+    return remoteError("rank " + std::to_string(peer_) + "'s verbs port " + peer.device + " is " +
+                       (peer.ethernet ? "RoCE" : "InfiniBand") + ", this rank's " + local_.device + " is not");
+  }
+  const Verbs* v = verbs();
+  remote_ = peer;
+  const auto mtu = ibv_mtu(std::min<int>(peer.mtu, int(port_.activeMtu)));
+  for (size_t i = 0; i < qps_.size(); ++i) {
+    ibv_qp_attr a{};
+    a.qp_state = IBV_QPS_RTR;
+    a.path_mtu = mtu;
+    a.dest_qp_num = peer.qpns[i];
+    a.rq_psn = peer.psn;
+    a.max_dest_rd_atomic = 1;
+    a.min_rnr_timer = 12;
+    a.ah_attr.port_num = uint8_t(port_.port);
+    a.ah_attr.dlid = peer.lid;
+    a.ah_attr.sl = 0;
+    if (port_.ethernet) {
+      a.ah_attr.is_global = 1;
+      std::memcpy(a.ah_attr.grh.dgid.raw, peer.gid, sizeof peer.gid);
+      a.ah_attr.grh.sgid_index = uint8_t(port_.gidIndex);
+      a.ah_attr.grh.hop_limit = 255;
+    }
+    int rc = v->modifyQp(qps_[i], &a,
+                         IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                             IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
+    if (rc) {
+      return systemErrno("connecting verbs queue pair " + std::to_string(qps_[i]->qp_num) + " on " + where() +
+                             " (to RTR; GID index " + std::to_string(port_.gidIndex) + ")",
+                         rc);
+    }
+    a = ibv_qp_attr{};
+    a.qp_state = IBV_QPS_RTS;
+    a.timeout = uint8_t(options_.timeout);
+    a.retry_cnt = uint8_t(options_.retryCount);
+    a.rnr_retry = 7;
+    a.sq_psn = local_.psn;
+    a.max_rd_atomic = 1;
+    rc = v->modifyQp(qps_[i], &a,
+                     IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
+                         IBV_QP_MAX_QP_RD_ATOMIC);
+    if (rc) return systemErrno("connecting verbs queue pair on " + where() + " (to RTS)", rc);
+  }
+  attached_ = true;
+  lastHeard_ = Clock::now();
+  LOOM_INFO(log::kNet, "verbs connection %s ready: %zu queue pair(s), MTU code %d, FIFO %u x %u bytes", where().c_str(),
+            qps_.size(), int(mtu), kSlots, slotStride_);
+  return Status::ok();
+}
+
+Status IbConnection::fail(Status s) {
+  if (error_.isOk()) error_ = std::move(s);
+  return error_;
+}
+
+Status IbConnection::queueSend(Transfer* t) {
+  if (!error_.isOk()) return error_;
+  sends_.push(t);
+  return Status::ok();
+}
+
+Status IbConnection::queueRecv(Transfer* t) {
+  if (!error_.isOk()) return error_;
+  recvs_.push(t);
+  return Status::ok();
+}
+
+bool IbConnection::idle() const { return sends_.empty() && recvs_.empty() && freedReported_ == slotsTaken_; }
+
+void IbConnection::pollFds(std::vector<pollfd>* fds) const {
+  if (channel_) fds->push_back({channel_->fd, POLLIN, 0});
+}
+
+Status IbConnection::postRecv(int qp, int count) {
+  for (int i = 0; i < count; ++i) {
+    ibv_recv_wr wr{};
+    wr.wr_id = wrId(kRecv, qp, 0);
+    wr.sg_list = nullptr;  // a write-with-immediate places nothing here
+    wr.num_sge = 0;
+    ibv_recv_wr* bad = nullptr;
+    if (int rc = ibv_post_recv(qps_[size_t(qp)], &wr, &bad))
+      return fail(systemErrno("posting a verbs receive on " + where(), rc));
+  }
+  return Status::ok();
+}
+
+Status IbConnection::postWrite(int qp, uint64_t id, uint32_t slot, uint32_t length, bool withImm, uint32_t imm) {
+  ibv_sge sge{};
+  sge.addr = reinterpret_cast<uintptr_t>(stage_.get()) + uint64_t(slot) * slotStride_;
+  sge.length = length;
+  sge.lkey = stageMr_->lkey;
+  ibv_send_wr wr{};
+  wr.wr_id = id;
+  wr.sg_list = length ? &sge : nullptr;
+  wr.num_sge = length ? 1 : 0;
+  wr.opcode = withImm ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.imm_data = htonl(imm);
+  wr.wr.rdma.remote_addr = remote_.fifoAddr + uint64_t(slot) * slotStride_;
+  wr.wr.rdma.rkey = remote_.fifoRkey;
+  ibv_send_wr* bad = nullptr;
+  if (int rc = ibv_post_send(qps_[size_t(qp)], &wr, &bad))
+    return fail(systemErrno("posting a verbs write on " + where(), rc));
+  ++sqUsed_[size_t(qp)];
+  return Status::ok();
+}
+
+Status IbConnection::pollCompletions(int* seen) {
+  *seen = 0;
+  ibv_wc wc[16];
+  for (;;) {
+    const int n = ibv_poll_cq(cq_, 16, wc);
+    if (n < 0) return fail(systemError("polling the verbs completion queue on " + where() + " failed"));
+    if (n == 0) return Status::ok();
+    *seen += n;
+    for (int i = 0; i < n; ++i) {
+      const ibv_wc& c = wc[i];
+      const WrKind kind = wrKind(c.wr_id);
+      const int qp = wrQp(c.wr_id);
+      if (c.status != IBV_WC_SUCCESS) {
+        const char* what = kind == kRecv ? "a receive" : kind == kData ? "a data write" : kind == kCredit ? "a credit write" : "a liveness probe";
+        std::string text = what + std::string(" on verbs ") + where() + " failed: " + wcStatusText(c.status) +
+                           ", vendor error " + std::to_string(c.vendor_err);
+        if (c.status == IBV_WC_RETRY_EXC_ERR || c.status == IBV_WC_RNR_RETRY_EXC_ERR) {
+          text += "; rank " + std::to_string(peer_) + " stopped answering (its process died, or the link is down)";
+        }
+        return fail(remoteError(text));
+      }
+      if (qp >= int(qps_.size())) return fail(internalError("verbs completion for an unknown queue pair on " + where()));
+      if (kind == kRecv) {
+        lastHeard_ = Clock::now();
+        if (!(c.wc_flags & IBV_WC_WITH_IMM)) {
+          return fail(remoteError("rank " + std::to_string(peer_) + " sent a verbs message without immediate data on " + where()));
+        }
+        const uint32_t imm = ntohl(c.imm_data);
+        LOOM_TRY(postRecv(qp, 1));
+        if (imm & kCreditFlag) {
+          const uint32_t freed = imm & kCountMask;
+          const uint32_t outstanding = (piecesSent_ - peerFreed_) & kCountMask;
+          if (((freed - peerFreed_) & kCountMask) > outstanding) {
+            return fail(remoteError("rank " + std::to_string(peer_) + " returned more verbs credits than it was owed on " + where()));
+          }
+          peerFreed_ = freed;
+        } else {
+          // One queue pair delivers in order: the slot after those already
+          // in. Several may deliver out of order, but never a slot twice.
+          uint32_t waiting = 0;
+          for (bool a : arrived_) waiting += a ? 1 : 0;
+          const bool outOfTurn = qps_.size() == 1 && imm != (slotsTaken_ + waiting) % kSlots;
+          if (imm >= kSlots || arrived_[imm] || outOfTurn) {
+            return fail(remoteError("rank " + std::to_string(peer_) + " wrote into verbs FIFO slot " + std::to_string(imm) +
+                                    " out of turn on " + where()));
+          }
+          arrived_[imm] = true;
+        }
+      } else {
+        --sqUsed_[size_t(qp)];
+        if (kind == kData) stageBusy_[wrSlot(c.wr_id) % kSlots] = false;
+        if (kind == kProbe) probing_ = false;
+      }
+    }
+  }
+}
+
+Status IbConnection::receive() {
+  while (!recvs_.empty()) {
+    const uint32_t slot = slotsTaken_ % kSlots;
+    if (!arrived_[slot]) return Status::ok();
+    Transfer* t = recvs_.front();
+    const uint8_t* at = fifo_.get() + size_t(slot) * slotStride_;
+    SlotHeader h;
+    std::memcpy(&h, at, sizeof h);
+    const bool valid = h.magic == kSlotMagic && h.slot == slot && h.pieceBytes <= slotBytes_ &&
+                       h.offset <= h.totalBytes && h.pieceBytes <= h.totalBytes - h.offset;
+    if (!valid) {
+      return fail(remoteError("rank " + std::to_string(peer_) + " wrote a malformed verbs FIFO slot on " + where()));
+    }
+    if (h.seq != uint32_t(recvSeq_) || h.totalBytes != t->bytes || h.offset != t->progressed ||
+        (h.pieceBytes == 0 && h.totalBytes != 0)) {
+      return fail(remoteError("rank " + std::to_string(peer_) + " sent a message of " + std::to_string(h.totalBytes) +
+                              " bytes where this rank posted a receive of " + std::to_string(t->bytes) +
+                              " bytes (message " + std::to_string(recvSeq_) + " on verbs " + where() +
+                              "; mismatched sizes or call orders)"));
+    }
+    if (h.pieceBytes) std::memcpy(static_cast<uint8_t*>(t->data) + h.offset, at + kSlotHeaderBytes, h.pieceBytes);
+    t->progressed += h.pieceBytes;
+    arrived_[slot] = false;
+    slotsTaken_ = (slotsTaken_ + 1) & kCountMask;
+    if (t->progressed == t->bytes) {
+      t->done = true;
+      recvs_.pop();
+      ++recvSeq_;
+    }
+  }
+  return Status::ok();
+}
+
+Status IbConnection::returnCredits() {
+  if (freedReported_ == slotsTaken_) return Status::ok();
+  // Credits always go on the first queue pair; there is always room (see
+  // the depth in setUp()).
+  LOOM_TRY(postWrite(0, wrId(kCredit, 0, 0), 0, 0, true, kCreditFlag | slotsTaken_));
+  freedReported_ = slotsTaken_;
+  return Status::ok();
+}
+
+Status IbConnection::send() {
+  while (!sends_.empty()) {
+    Transfer* t = sends_.front();
+    const uint32_t slot = piecesSent_ % kSlots;
+    const int qp = int(piecesSent_ % qps_.size());
+    const uint32_t outstanding = (piecesSent_ - peerFreed_) & kCountMask;
+    if (outstanding >= kSlots || stageBusy_[slot] || sqUsed_[size_t(qp)] >= sqDepth_ - 2) return Status::ok();
+    const size_t piece = std::min<size_t>(slotBytes_, t->bytes - sendOffset_);
+    uint8_t* at = stage_.get() + size_t(slot) * slotStride_;
+    SlotHeader h{};
+    h.magic = kSlotMagic;
+    h.seq = uint32_t(sendSeq_);
+    h.totalBytes = t->bytes;
+    h.offset = sendOffset_;
+    h.pieceBytes = uint32_t(piece);
+    h.slot = slot;
+    std::memcpy(at, &h, sizeof h);
+    if (piece) std::memcpy(at + kSlotHeaderBytes, static_cast<const uint8_t*>(t->data) + sendOffset_, piece);
+    LOOM_TRY(postWrite(qp, wrId(kData, qp, slot), slot, uint32_t(kSlotHeaderBytes + piece), true, slot));
+    stageBusy_[slot] = true;
+    piecesSent_ = (piecesSent_ + 1) & kCountMask;
+    sendOffset_ += piece;
+    t->progressed = sendOffset_;
+    if (sendOffset_ == t->bytes) {
+      t->done = true;
+      sends_.pop();
+      ++sendSeq_;
+      sendOffset_ = 0;
+    }
+  }
+  return Status::ok();
+}
+
+// How long a probe may go unanswered: the transport's own retries (4.096 us
+// x 2^timeout per try, retry count + 1 tries) and half as much again. Some
+// providers (rxe) retry forever at a count of 7, so loom keeps its own
+// bound rather than wait for a failed completion.
+double IbConnection::probeLimitS() const {
+  const double perTry = 4.096e-6 * double(uint64_t(1) << options_.timeout);
+  return std::max(2.0, 1.5 * perTry * double(options_.retryCount + 1));
+}
+
+Status IbConnection::writeRawForTest(const void* bytes, uint32_t n, uint32_t slot) {
+  slot %= kSlots;
+  n = std::min(n, slotStride_);
+  std::memcpy(stage_.get() + size_t(slot) * slotStride_, bytes, n);
+  LOOM_TRY(postWrite(0, wrId(kData, 0, slot), slot, n, true, slot));
+  stageBusy_[slot] = true;
+  piecesSent_ = (piecesSent_ + 1) & kCountMask;
+  return Status::ok();
+}
+
+// A peer that died answers nothing: while this side waits on it, a
+// zero-byte write now and then makes the queue pair find out (it fails
+// after the transport's retries).
+Status IbConnection::probe() {
+  if (probing_ && secondsSince(probeSentAt_) > probeLimitS()) {
+    char text[64];
+    std::snprintf(text, sizeof text, "%.1f s", probeLimitS());
+    return fail(remoteError("rank " + std::to_string(peer_) + " stopped answering on verbs " + where() +
+                            ": a liveness probe had no acknowledgement after " + text + " (NCCL_IB_TIMEOUT=" +
+                            std::to_string(options_.timeout) + ", NCCL_IB_RETRY_CNT=" +
+                            std::to_string(options_.retryCount) + "); its process died or the link is down"));
+  }
+  if (probing_ || (recvs_.empty() && sends_.empty())) return Status::ok();
+  if (secondsSince(lastHeard_) < options_.probeAfterS) return Status::ok();
+  if (sqUsed_[0] >= sqDepth_) return Status::ok();
+  LOOM_TRY(postWrite(0, wrId(kProbe, 0, 0), 0, 0, false, 0));
+  probing_ = true;
+  probeSentAt_ = lastHeard_ = Clock::now();
+  return Status::ok();
+}
+
+int IbConnection::takeEvents() {
+  ibv_cq* cq = nullptr;
+  void* context = nullptr;
+  int got = 0;
+  while (verbs()->getCqEvent(channel_, &cq, &context) == 0) ++got;
+  if (got) verbs()->ackCqEvents(cq_, unsigned(got));
+  return got;
+}
+
+Status IbConnection::arm() {
+  if (int rc = ibv_req_notify_cq(cq_, 0)) return fail(systemErrno("arming the verbs completion queue on " + where(), rc));
+  armed_ = true;
+  completedSinceArm_ = false;
+  return Status::ok();
+}
+
+Status IbConnection::progress() {
+  if (!error_.isOk()) return error_;
+  if (!attached_) return Status::ok();
+  const auto now = Clock::now();
+  if (now >= nextEventCheck_) {
+    nextEventCheck_ = now + std::chrono::milliseconds(50);
+    if (Status s = device_->pollEvents(port_.port, qps_.empty() ? nullptr : qps_[0]); !s.isOk()) {
+      return fail(s.addContext("verbs " + where()));
+    }
+  }
+  for (int round = 0; round < 64; ++round) {
+    // A completion came after arming, so the channel has (or is about to
+    // have) an event: take it, so the fd goes quiet, and arm again below.
+    if (armed_ && completedSinceArm_ && takeEvents() > 0) armed_ = false;
+    int seen = 0;
+    LOOM_TRY(pollCompletions(&seen));
+    if (seen && armed_) completedSinceArm_ = true;
+    LOOM_TRY(receive());
+    LOOM_TRY(returnCredits());
+    LOOM_TRY(send());
+    LOOM_TRY(probe());
+    if (seen) continue;
+    if (armed_) break;
+    // Nothing came: arm, then look once more (a completion that landed
+    // before arming raises no event).
+    LOOM_TRY(arm());
+  }
+  return Status::ok();
+}
+
+}  // namespace loom::transport::ib

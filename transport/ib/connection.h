@@ -1,0 +1,168 @@
+// IbConnection: the Connection contract (transport/connection.h) over
+// reliable-connected verbs queue pairs (InfiniBand or RoCE).
+//
+// Data path. Each side owns a receive FIFO of kSlots slots in registered
+// memory; the peer writes into it with RDMA write-with-immediate, one slot
+// per write: a 64-byte SlotHeader {magic, message sequence, total bytes,
+// offset, piece bytes} followed by up to slotBytes of payload. Messages
+// bigger than a slot take several; an empty message still takes one. The
+// sender copies each piece into a registered staging slot and writes from
+// there (so any host buffer can be sent, none needs registering), and picks
+// slots round-robin (slot = piece number % kSlots, queue pair = piece
+// number % queue pairs). The immediate is the slot index; the receiver
+// takes slots in order, checks each header against the receive it posted
+// (a size the peer did not post is an error), copies the payload out and
+// frees the slot.
+//
+// Flow control. The sender never has more than kSlots pieces unanswered:
+// the receiver returns credits as zero-byte writes-with-immediate whose
+// immediate (top bit set) is the running count of slots it freed, modulo
+// 2^31. Each credit message reports at least one slot, so neither side ever
+// has more than 2 x kSlots messages coming; every queue pair keeps that many
+// receives posted.
+//
+// Waiting. pollFds() is the completion channel: the completion queue is
+// armed before progress() returns with nothing left to do, so a blocked
+// waiter wakes on the next completion.
+//
+// Failures. A failed work completion, an async event about this queue pair
+// or its port, or a malformed message is a sticky error naming the device,
+// port, peer rank and the decoded status. A peer that dies is noticed by a
+// zero-byte probe write, sent after a second without traffic while this
+// side waits: it fails once NCCL_IB_TIMEOUT x NCCL_IB_RETRY_CNT expire (or
+// loom's own bound on the probe, see probeLimitS(), for providers that
+// retry forever).
+//
+// Device buffers are never handed to this connection: the engine stages
+// them through pinned host memory (transport/registry.h).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/time.h"
+#include "transport/connection.h"
+#include "transport/ib/device.h"
+#include "transport/ib/endpoint.h"
+#include "transport/ring.h"
+
+namespace loom::transport::ib {
+
+inline constexpr uint32_t kSlots = 8;
+inline constexpr uint32_t kSlotHeaderBytes = 64;
+
+struct SlotHeader {
+  uint32_t magic;
+  uint32_t seq;  // low 32 bits of the message's sequence number
+  uint64_t totalBytes;
+  uint64_t offset;
+  uint32_t pieceBytes;
+  uint32_t slot;
+  uint8_t pad[32];
+};
+static_assert(sizeof(SlotHeader) == kSlotHeaderBytes);
+inline constexpr uint32_t kSlotMagic = 0x42494F4Cu;  // "LOIB"
+
+class IbConnection final : public Connection {
+ public:
+  struct Options {
+    int qps = 1;                 // NCCL_IB_QPS_PER_CONNECTION
+    size_t fifoBytes = 1 << 20;  // LOOM_IB_FIFO_BYTES
+    int timeout = 20;            // NCCL_IB_TIMEOUT
+    int retryCount = 7;          // NCCL_IB_RETRY_CNT
+    double probeAfterS = 1;      // quiet time before a liveness probe
+    static Options fromSettings();
+  };
+
+  // This side's half on `port`, its queue pairs in INIT with receives
+  // posted; endpoint() says how to reach it.
+  static Result<std::unique_ptr<IbConnection>> create(int peer, const PortInfo& port, const Options& options);
+  ~IbConnection() override;
+  IbConnection(const IbConnection&) = delete;
+  IbConnection& operator=(const IbConnection&) = delete;
+
+  const IbEndpoint& endpoint() const { return local_; }
+  uint32_t slotStride() const { return slotStride_; }
+  // Moves the queue pairs to RTS towards the peer's endpoint.
+  Status attach(const IbEndpoint& peer);
+  // Tests only: writes `n` bytes (at most a slot's stride) into the peer's
+  // FIFO slot `slot`, announced as that slot, as a broken or hostile peer
+  // would, bypassing every check of this side.
+  Status writeRawForTest(const void* bytes, uint32_t n, uint32_t slot);
+
+  int peer() const override { return peer_; }
+  const char* kind() const override { return "ib"; }
+  bool moves(MemoryType m) const override { return m != MemoryType::kDevice; }
+  Status progress() override;
+  void pollFds(std::vector<pollfd>* fds) const override;
+  bool idle() const override;
+
+ protected:
+  Status queueSend(Transfer* t) override;
+  Status queueRecv(Transfer* t) override;
+
+ private:
+  IbConnection(int peer, const PortInfo& port, const Options& options);
+  Status setUp();
+  Status fail(Status s);
+  std::string where() const;  // "rxe0:1 to rank 3"
+  Status pollCompletions(int* seen);
+  Status receive();
+  Status send();
+  Status returnCredits();
+  Status probe();
+  double probeLimitS() const;
+  Status postWrite(int qp, uint64_t wrId, uint32_t slot, uint32_t length, bool withImm, uint32_t imm);
+  Status postRecv(int qp, int count);
+  int takeEvents();  // channel events waiting, taken and acknowledged
+  Status arm();
+
+  int peer_;
+  PortInfo port_;
+  Options options_;
+  std::shared_ptr<Device> device_;
+  uint32_t slotBytes_ = 0;   // payload bytes per slot
+  uint32_t slotStride_ = 0;  // header + payload, a multiple of 64
+  int sqDepth_ = 0, rqDepth_ = 0;
+
+  // Verbs resources, released in the destructor in reverse order.
+  ibv_comp_channel* channel_ = nullptr;
+  ibv_cq* cq_ = nullptr;
+  std::vector<ibv_qp*> qps_;
+  std::unique_ptr<uint8_t[], void (*)(void*)> fifo_{nullptr, nullptr};
+  std::unique_ptr<uint8_t[], void (*)(void*)> stage_{nullptr, nullptr};
+  ibv_mr* fifoMr_ = nullptr;
+  ibv_mr* stageMr_ = nullptr;
+
+  IbEndpoint local_, remote_;
+  bool attached_ = false;
+  Status error_;
+
+  // Send side.
+  Ring<Transfer*> sends_;
+  uint64_t sendSeq_ = 0;       // messages fully staged
+  size_t sendOffset_ = 0;      // of the front message
+  uint32_t piecesSent_ = 0;    // running count, modulo 2^31
+  uint32_t peerFreed_ = 0;     // the peer's running count of freed slots
+  std::array<bool, kSlots> stageBusy_{};  // a write from this staging slot is unfinished
+  std::vector<int> sqUsed_;    // per queue pair
+  bool probing_ = false;
+  Clock::time_point probeSentAt_{};
+
+  // Receive side.
+  Ring<Transfer*> recvs_;
+  uint64_t recvSeq_ = 0;
+  uint32_t slotsTaken_ = 0;    // running count, modulo 2^31
+  uint32_t freedReported_ = 0;
+  std::array<bool, kSlots> arrived_{};
+
+  bool armed_ = false;
+  bool completedSinceArm_ = false;
+  Clock::time_point lastHeard_{};
+  Clock::time_point nextEventCheck_{};
+};
+
+}  // namespace loom::transport::ib
