@@ -7,12 +7,16 @@
 //   mode 2: a table of them (wire::decodeTable) for 1-8 ranks, from the
 //           rendezvous root;
 //   mode 3: a CUDA IPC endpoint (cudaipc::readEndpoint), from the offer of
-//           a peer that wants to map its device inbox.
+//           a peer that wants to map its device inbox;
+//   mode 4: a verbs endpoint (ib::readEndpoint), from the offer of a peer
+//           that wants to write into this rank's FIFO (builds with
+//           libibverbs-dev only; otherwise refused unread).
 // A reader either refuses (kRemoteError with a message) or accepts a blob
 // that its writer produces byte for byte from what was read: nothing
 // unread rides along, nothing is read out of bounds (ASan).
 //
-// Input: [mode : u8 % 4] ([nranks - 1 : u8 % 8] for mode 2) then the blob.
+// Input: [mode : u8 % 5] ([nranks - 1 : u8 % 8] for mode 2, [expected slot
+// stride : u32] for mode 4) then the blob.
 #include <algorithm>
 #include <span>
 #include <vector>
@@ -21,6 +25,10 @@
 #include "fuzz_input.h"
 #include "transport/cudaipc/endpoint.h"
 #include "transport/shm/endpoint.h"
+#if LOOM_HAVE_VERBS
+#include "transport/ib/connection.h"
+#include "transport/ib/endpoint.h"
+#endif
 
 namespace {
 
@@ -42,8 +50,9 @@ bool same(const std::vector<uint8_t>& a, std::span<const uint8_t> b) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   fuzz::Input in(data, size);
-  const int mode = in.u8() % 4;
+  const int mode = in.u8() % 5;
   const int nranks = mode == 2 ? 1 + in.u8() % 8 : 0;
+  const uint32_t stride = mode == 4 ? in.u32() : 0;
   const std::string_view rest = in.rest();
   const std::span<const uint8_t> blob(reinterpret_cast<const uint8_t*>(rest.data()), rest.size());
   if (mode == 0) {
@@ -57,6 +66,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (refused(info)) return 0;
     FUZZ_CHECK(info->hostname.size() <= core::wire::kMaxHostnameBytes);
     FUZZ_CHECK(same(core::wire::encode(*info), blob));
+  } else if (mode == 4) {
+#if LOOM_HAVE_VERBS
+    auto e = transport::ib::readEndpoint(blob, transport::ib::kSlots, stride);
+    if (refused(e)) return 0;
+    FUZZ_CHECK(!e->qpns.empty() && e->qpns.size() <= transport::ib::kMaxQps && e->slotStride == stride);
+    std::vector<uint8_t> again;
+    transport::ib::writeEndpoint(*e, &again);
+    FUZZ_CHECK(same(again, blob));
+#endif
   } else if (mode == 3) {
     auto d = transport::cudaipc::readEndpoint(blob);
     if (refused(d)) return 0;

@@ -40,14 +40,14 @@ def pci_path(ids):
     return struct.pack("<I", len(ids)) + b"".join(struct.pack("<I", len(i)) + i for i in ids)
 
 
-def rank_info(addr, pid, host, host_hash=0x1234, mode=0, cuda=0xFFFFFFFF, uuid=b"", version=3, numa=0,
-              path=(), nics=()):
+def rank_info(addr, pid, host, host_hash=0x1234, mode=0, cuda=0xFFFFFFFF, uuid=b"", version=4, numa=0,
+              path=(), nics=(), transports=0):
     # nics: (name, speed Mbit/s, numa, pci path) tuples
     topo = struct.pack("<I", numa & 0xFFFFFFFF) + pci_path(path) + struct.pack("<I", len(nics)) + b"".join(
         struct.pack("<I", len(n)) + n + struct.pack("<QI", speed, nn & 0xFFFFFFFF) + pci_path(p)
         for n, speed, nn, p in nics)
     return (struct.pack("<I", version) + addr + struct.pack("<IQIII", pid, host_hash, mode, cuda, len(uuid)) + uuid +
-            topo + struct.pack("<I", len(host)) + host)
+            topo + struct.pack("<I", len(host)) + host + struct.pack("<I", transports))
 
 
 def table(*blobs):
@@ -63,6 +63,13 @@ def cudaipc_endpoint(nonce=99, address=0x7F0000000000, slot_bytes=512 << 10, slo
     control = shm_endpoint()
     return (struct.pack("<IQQ", version, nonce, address) + bytes(range(64)) +
             struct.pack("<QII", slot_bytes, slots, len(control)) + control)
+
+
+def ib_endpoint(qpns=(0x11, 0x12), psn=0x123456, lid=0, mtu=3, ethernet=1, address=0x7F0000001000, rkey=0x55,
+                slots=8, stride=131072, device=b"rxe0:1", version=1):
+    return (struct.pack("<II", version, len(qpns)) + b"".join(struct.pack("<I", q) for q in qpns) +
+            struct.pack("<IH", psn, lid) + bytes([0xfe, 0x80] + [0] * 14) + struct.pack("<BBQIII", mtu, ethernet,
+            address, rkey, slots, stride) + struct.pack("<I", len(device)) + device)
 
 
 def reply(status, length, magic=REPLY_MAGIC):
@@ -88,7 +95,7 @@ def seeds_hello():
 
 
 def seeds_root_join():
-    def join(rank, nranks, host=b"host", payload=None, secret=SECRET, kind=KIND_JOIN, version=3):
+    def join(rank, nranks, host=b"host", payload=None, secret=SECRET, kind=KIND_JOIN, version=4):
         info = rank_info(addr_v4([10, 0, 0, rank & 255], 29500 + (rank & 1023)), 1000 + rank, host, version=version)
         return hello(kind, rank, nranks, payload=len(info) if payload is None else payload, secret=secret,
                      comm=0) + info
@@ -125,6 +132,11 @@ def seeds_endpoints():
         "table_one_of_three": bytes([2, 2]) + table(info),
         "cudaipc": bytes([3]) + cudaipc_endpoint(),
         "cudaipc_truncated": bytes([3]) + cudaipc_endpoint()[:-4],
+        # mode 4: the expected slot stride (u32), then a verbs endpoint
+        "ib": bytes([4]) + struct.pack("<I", 131072) + ib_endpoint(),
+        "ib_one_qp_infiniband": bytes([4]) + struct.pack("<I", 131072) + ib_endpoint(qpns=(7,), lid=3, ethernet=0),
+        "ib_other_stride": bytes([4]) + struct.pack("<I", 65536) + ib_endpoint(),
+        "ib_bad_psn": bytes([4]) + struct.pack("<I", 131072) + ib_endpoint(psn=1 << 24),
     }
 
 

@@ -156,6 +156,36 @@ TEST_F(FakeSysfs, FindsNumaCachesPciTreeGpuAndNics) {
   EXPECT_EQ(again->nodes, t->nodes);
 }
 
+// A soft-RoCE device (rdma_rxe) as the kernel shows it: no "device" link,
+// so no PCI parent. It is a RoCE port hanging from a CPU, like a virtual
+// interface, with its rate from sysfs.
+TEST_F(FakeSysfs, SoftRoceDeviceHasNoPciParent) {
+  write("class/infiniband/rxe0/parent", "dummy0\n");
+  write("class/infiniband/rxe0/ports/1/state", "4: ACTIVE\n");
+  write("class/infiniband/rxe0/ports/1/rate", "2.5 Gb/sec (1X SDR)\n");
+  write("class/infiniband/rxe0/ports/1/link_layer", "Ethernet\n");
+  DetectOptions o;
+  o.method = "sysfs";
+  o.sysRoot = root_;
+  o.useNvml = false;
+  auto t = detect(o);
+  ASSERT_TRUE(t.isOk()) << t.status().message();
+  const int rxe = t->find(NodeType::kNet, "rxe0");
+  ASSERT_GE(rxe, 0);
+  const Node& n = t->nodes[size_t(rxe)];
+  EXPECT_EQ(n.linkLayer, "roce");
+  EXPECT_EQ(n.speedMbps, 2500u);
+  EXPECT_TRUE(n.busId.empty()) << n.busId;
+  auto up = t->pathUp(rxe);
+  ASSERT_GE(up.size(), 2u);
+  EXPECT_EQ(t->nodes[size_t(up.back())].type, NodeType::kCpu) << "a virtual port hangs from a CPU";
+  for (size_t i = 1; i + 1 < up.size(); ++i) EXPECT_NE(t->nodes[size_t(up[i])].type, NodeType::kPci);
+  // Written out and read back, it stays where it is.
+  auto again = fromXml(xml::parse(xml::write(t->xml), "dump").value(), "dump");
+  ASSERT_TRUE(again.isOk()) << again.status().message();
+  EXPECT_EQ(again->nodes, t->nodes);
+}
+
 TEST_F(FakeSysfs, UnknownMethodIsAnError) {
   DetectOptions o;
   o.method = "magic";

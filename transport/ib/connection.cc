@@ -31,6 +31,24 @@ int clampInt(int64_t v, int lo, int hi) { return int(std::clamp<int64_t>(v, lo, 
 
 void freeAligned(void* p) { std::free(p); }
 
+constexpr uint64_t kNoOwner = ~uint64_t(0);
+
+// Memory registered with one connection: a verbs memory region its sends
+// gather from. It keeps the device (and so the protection domain) open.
+class IbRegion final : public Region {
+ public:
+  IbRegion(void* base, size_t bytes, MemoryType memory, const void* owner, std::shared_ptr<Device> device, ibv_mr* mr)
+      : Region(base, bytes, memory), owner_(owner), device_(std::move(device)), mr_(mr) {}
+  ~IbRegion() override { verbs()->deregMr(mr_); }
+  const void* owner() const { return owner_; }
+  uint32_t lkey() const { return mr_->lkey; }
+
+ private:
+  const void* owner_;
+  std::shared_ptr<Device> device_;
+  ibv_mr* mr_;
+};
+
 }  // namespace
 
 IbConnection::Options IbConnection::Options::fromSettings() {
@@ -101,7 +119,7 @@ Status IbConnection::setUp() {
     init.qp_type = IBV_QPT_RC;
     init.cap.max_send_wr = uint32_t(sqDepth_);
     init.cap.max_recv_wr = uint32_t(rqDepth_);
-    init.cap.max_send_sge = 1;
+    init.cap.max_send_sge = 2;  // a zero-copy piece: header + payload
     init.cap.max_recv_sge = 1;
     ibv_qp* qp = v->createQp(device_->pd(), &init);
     if (!qp) return systemErrno("creating a verbs queue pair on " + where(), errno);
@@ -116,6 +134,7 @@ Status IbConnection::setUp() {
     local_.qpns.push_back(qp->qp_num);
   }
   sqUsed_.assign(qps_.size(), 0);
+  slotOwner_.fill(kNoOwner);
   for (int i = 0; i < int(qps_.size()); ++i) LOOM_TRY(postRecv(i, rqDepth_));
   local_.lid = port_.lid;
   std::memcpy(local_.gid, port_.gid.raw, sizeof local_.gid);
@@ -202,6 +221,15 @@ Status IbConnection::attach(const IbEndpoint& peer) {
   return Status::ok();
 }
 
+Result<std::unique_ptr<Region>> IbConnection::registerMemory(void* base, size_t bytes, MemoryType memory) {
+  if (base == nullptr || bytes == 0) return invalidArgument("registering an empty buffer");
+  if (!moves(memory)) return invalidUsage(std::string("the verbs connection cannot move ") + memoryTypeName(memory) + " memory");
+  // Sends only read it: no access flags, so read-only memory registers too.
+  ibv_mr* mr = verbs()->regMr(device_->pd(), base, bytes, 0);
+  if (!mr) return systemErrno("registering " + std::to_string(bytes) + " bytes with verbs on " + where(), errno);
+  return std::unique_ptr<Region>(new IbRegion(base, bytes, memory, this, device_, mr));
+}
+
 Status IbConnection::fail(Status s) {
   if (error_.isOk()) error_ = std::move(s);
   return error_;
@@ -219,7 +247,9 @@ Status IbConnection::queueRecv(Transfer* t) {
   return Status::ok();
 }
 
-bool IbConnection::idle() const { return sends_.empty() && recvs_.empty() && freedReported_ == slotsTaken_; }
+bool IbConnection::idle() const {
+  return sends_.empty() && inFlight_.empty() && recvs_.empty() && freedReported_ == slotsTaken_;
+}
 
 void IbConnection::pollFds(std::vector<pollfd>* fds) const {
   if (channel_) fds->push_back({channel_->fd, POLLIN, 0});
@@ -238,15 +268,17 @@ Status IbConnection::postRecv(int qp, int count) {
   return Status::ok();
 }
 
-Status IbConnection::postWrite(int qp, uint64_t id, uint32_t slot, uint32_t length, bool withImm, uint32_t imm) {
-  ibv_sge sge{};
-  sge.addr = reinterpret_cast<uintptr_t>(stage_.get()) + uint64_t(slot) * slotStride_;
-  sge.length = length;
-  sge.lkey = stageMr_->lkey;
+Status IbConnection::postWrite(int qp, uint64_t id, uint32_t slot, uint32_t length, bool withImm, uint32_t imm,
+                               const ibv_sge* payload) {
+  ibv_sge sge[2]{};
+  sge[0].addr = reinterpret_cast<uintptr_t>(stage_.get()) + uint64_t(slot) * slotStride_;
+  sge[0].length = length;
+  sge[0].lkey = stageMr_->lkey;
+  if (payload) sge[1] = *payload;
   ibv_send_wr wr{};
   wr.wr_id = id;
-  wr.sg_list = length ? &sge : nullptr;
-  wr.num_sge = length ? 1 : 0;
+  wr.sg_list = length ? sge : nullptr;
+  wr.num_sge = length ? (payload ? 2 : 1) : 0;
   wr.opcode = withImm ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE;
   wr.send_flags = IBV_SEND_SIGNALED;
   wr.imm_data = htonl(imm);
@@ -309,7 +341,17 @@ Status IbConnection::pollCompletions(int* seen) {
         }
       } else {
         --sqUsed_[size_t(qp)];
-        if (kind == kData) stageBusy_[wrSlot(c.wr_id) % kSlots] = false;
+        if (kind == kData) {
+          const uint32_t slot = wrSlot(c.wr_id) % kSlots;
+          stageBusy_[slot] = false;
+          if (slotOwner_[slot] != kNoOwner) {
+            const uint64_t at = slotOwner_[slot] - retiredSends_;
+            slotOwner_[slot] = kNoOwner;
+            if (at >= inFlight_.size() || inFlight_[at].unfinished == 0)
+              return fail(internalError("verbs send bookkeeping went wrong on " + where()));
+            --inFlight_[at].unfinished;
+          }
+        }
         if (kind == kProbe) probing_ = false;
       }
     }
@@ -364,7 +406,11 @@ Status IbConnection::send() {
     const uint32_t slot = piecesSent_ % kSlots;
     const int qp = int(piecesSent_ % qps_.size());
     const uint32_t outstanding = (piecesSent_ - peerFreed_) & kCountMask;
-    if (outstanding >= kSlots || stageBusy_[slot] || sqUsed_[size_t(qp)] >= sqDepth_ - 2) return Status::ok();
+    if (outstanding >= kSlots || stageBusy_[slot] || sqUsed_[size_t(qp)] >= sqDepth_ - 2) break;
+    // A buffer this connection registered is written from where it is.
+    const auto* region = dynamic_cast<const IbRegion*>(t->region);
+    if (region && region->owner() != this) region = nullptr;
+    if (region && sendOffset_ == 0) inFlight_.push(InFlight{t, 0, false});
     const size_t piece = std::min<size_t>(slotBytes_, t->bytes - sendOffset_);
     uint8_t* at = stage_.get() + size_t(slot) * slotStride_;
     SlotHeader h{};
@@ -375,20 +421,44 @@ Status IbConnection::send() {
     h.pieceBytes = uint32_t(piece);
     h.slot = slot;
     std::memcpy(at, &h, sizeof h);
-    if (piece) std::memcpy(at + kSlotHeaderBytes, static_cast<const uint8_t*>(t->data) + sendOffset_, piece);
-    LOOM_TRY(postWrite(qp, wrId(kData, qp, slot), slot, uint32_t(kSlotHeaderBytes + piece), true, slot));
+    const uint8_t* from = static_cast<const uint8_t*>(t->data) + sendOffset_;
+    if (region) {
+      ibv_sge payload{reinterpret_cast<uintptr_t>(from), uint32_t(piece), region->lkey()};
+      LOOM_TRY(postWrite(qp, wrId(kData, qp, slot), slot, kSlotHeaderBytes, true, slot, piece ? &payload : nullptr));
+      ++inFlight_.back().unfinished;
+      slotOwner_[slot] = retiredSends_ + inFlight_.size() - 1;
+    } else {
+      if (piece) std::memcpy(at + kSlotHeaderBytes, from, piece);
+      LOOM_TRY(postWrite(qp, wrId(kData, qp, slot), slot, uint32_t(kSlotHeaderBytes + piece), true, slot));
+      slotOwner_[slot] = kNoOwner;
+    }
     stageBusy_[slot] = true;
     piecesSent_ = (piecesSent_ + 1) & kCountMask;
     sendOffset_ += piece;
     t->progressed = sendOffset_;
     if (sendOffset_ == t->bytes) {
-      t->done = true;
       sends_.pop();
       ++sendSeq_;
       sendOffset_ = 0;
+      if (region) {
+        inFlight_.back().posted = true;
+      } else if (inFlight_.empty()) {
+        t->done = true;  // staged: its bytes are copied out
+      } else {
+        inFlight_.push(InFlight{t, 0, true});  // done after those before it
+      }
     }
   }
+  retireSends();
   return Status::ok();
+}
+
+void IbConnection::retireSends() {
+  while (!inFlight_.empty() && inFlight_.front().posted && inFlight_.front().unfinished == 0) {
+    inFlight_.front().t->done = true;
+    inFlight_.pop();
+    ++retiredSends_;
+  }
 }
 
 // How long a probe may go unanswered: the transport's own retries (4.096 us
@@ -406,6 +476,7 @@ Status IbConnection::writeRawForTest(const void* bytes, uint32_t n, uint32_t slo
   std::memcpy(stage_.get() + size_t(slot) * slotStride_, bytes, n);
   LOOM_TRY(postWrite(0, wrId(kData, 0, slot), slot, n, true, slot));
   stageBusy_[slot] = true;
+  slotOwner_[slot] = kNoOwner;
   piecesSent_ = (piecesSent_ + 1) & kCountMask;
   return Status::ok();
 }
@@ -422,7 +493,7 @@ Status IbConnection::probe() {
                             std::to_string(options_.timeout) + ", NCCL_IB_RETRY_CNT=" +
                             std::to_string(options_.retryCount) + "); its process died or the link is down"));
   }
-  if (probing_ || (recvs_.empty() && sends_.empty())) return Status::ok();
+  if (probing_ || (recvs_.empty() && sends_.empty() && inFlight_.empty())) return Status::ok();
   if (secondsSince(lastHeard_) < options_.probeAfterS) return Status::ok();
   if (sqUsed_[0] >= sqDepth_) return Status::ok();
   LOOM_TRY(postWrite(0, wrId(kProbe, 0, 0), 0, 0, false, 0));

@@ -9,7 +9,11 @@
 // sender copies each piece into a registered staging slot and writes from
 // there (so any host buffer can be sent, none needs registering), and picks
 // slots round-robin (slot = piece number % kSlots, queue pair = piece
-// number % queue pairs). The immediate is the slot index; the receiver
+// number % queue pairs). A send whose buffer this connection registered
+// (registerMemory: a verbs memory region; core does it for ncclCommRegister
+// buffers) skips the copy: the write gathers the header from the staging
+// slot and the payload straight from the buffer, and the send is done once
+// its writes completed (done flags stay in posting order). The immediate is the slot index; the receiver
 // takes slots in order, checks each header against the receive it posted
 // (a size the peer did not post is an error), copies the payload out and
 // frees the slot.
@@ -99,6 +103,7 @@ class IbConnection final : public Connection {
   Status progress() override;
   void pollFds(std::vector<pollfd>* fds) const override;
   bool idle() const override;
+  Result<std::unique_ptr<Region>> registerMemory(void* base, size_t bytes, MemoryType memory) override;
 
  protected:
   Status queueSend(Transfer* t) override;
@@ -115,7 +120,11 @@ class IbConnection final : public Connection {
   Status returnCredits();
   Status probe();
   double probeLimitS() const;
-  Status postWrite(int qp, uint64_t wrId, uint32_t slot, uint32_t length, bool withImm, uint32_t imm);
+  // A write from staging slot `slot` (`length` bytes) into the peer's slot
+  // of that number; with `payload`, `payloadBytes` more gathered from it.
+  Status postWrite(int qp, uint64_t wrId, uint32_t slot, uint32_t length, bool withImm, uint32_t imm,
+                   const ibv_sge* payload = nullptr);
+  void retireSends();
   Status postRecv(int qp, int count);
   int takeEvents();  // channel events waiting, taken and acknowledged
   Status arm();
@@ -149,6 +158,18 @@ class IbConnection final : public Connection {
   uint32_t peerFreed_ = 0;     // the peer's running count of freed slots
   std::array<bool, kSlots> stageBusy_{};  // a write from this staging slot is unfinished
   std::vector<int> sqUsed_;    // per queue pair
+  // Sends whose pieces are all posted but not all written (zero-copy ones,
+  // and any staged one behind them, so done flags keep their order); the
+  // front's id is retiredSends_, slotOwner_ names the entry a zero-copy
+  // piece in a staging slot belongs to.
+  struct InFlight {
+    Transfer* t;
+    uint32_t unfinished;  // zero-copy writes not yet completed
+    bool posted;          // every piece posted
+  };
+  Ring<InFlight> inFlight_;
+  uint64_t retiredSends_ = 0;
+  std::array<uint64_t, kSlots> slotOwner_{};
   bool probing_ = false;
   Clock::time_point probeSentAt_{};
 

@@ -26,6 +26,7 @@ wire::RankInfo sampleInfo() {
   info.nics = {topology::NicPlace{"mlx5_0", 400000, 1, {"0000:15:00.0", "0000:1a:00.0"}},
                topology::NicPlace{"eth0", 25000, -1, {}}};
   info.hostname = "node-17.cluster";
+  info.transports = 1;  // a usable verbs port
   return info;
 }
 
@@ -52,6 +53,7 @@ void expectSame(const wire::RankInfo& a, const wire::RankInfo& b) {
   EXPECT_EQ(a.pciPath, b.pciPath);
   EXPECT_EQ(a.nics, b.nics);
   EXPECT_EQ(a.hostname, b.hostname);
+  EXPECT_EQ(a.transports, b.transports);
 }
 
 TEST(Wire, RankInfoRoundTripsAndStartsWithItsVersion) {
@@ -77,7 +79,7 @@ TEST(Wire, RankInfoRefusesTooManyNicsOrPciLevels) {
   wire::RankInfo none = sampleInfo();
   none.nics.clear();
   auto small = wire::encode(none);
-  const size_t countAt = small.size() - 4 - none.hostname.size() - 4;
+  const size_t countAt = small.size() - 4 - none.hostname.size() - 4 - 4;  // before hostname and transports
   small[countAt] = uint8_t(wire::kMaxNics + 1);
   auto r = wire::decodeRankInfo(small);
   ASSERT_FALSE(r.isOk());
@@ -107,7 +109,7 @@ TEST(Wire, RankInfoRefusesOtherVersionsShortLongAndOversizedBlobs) {
   big.hostname.assign(wire::kMaxHostnameBytes, 'h');
   auto atLimit = wire::encode(big);
   ASSERT_TRUE(wire::decodeRankInfo(atLimit).isOk());
-  const size_t lengthAt = atLimit.size() - wire::kMaxHostnameBytes - 4;
+  const size_t lengthAt = atLimit.size() - 4 - wire::kMaxHostnameBytes - 4;  // the transports come last
   atLimit[lengthAt + 1] = 1;  // 255 + 256 bytes
   refused(atLimit, "oversized string");
   refused(std::vector<uint8_t>(wire::kMaxRankInfoBytes + 1, 1), "oversized rank info");

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# The rdma tier, run inside the soft-RoCE guest by tests/rdma/guest.sh:
+#   in_guest.sh BUILD_DIR
+# 1. the transport conformance suite over verbs;
+# 2. communicators forced onto verbs through the public API, with the
+#    device's resource counts checked after destroy and abort, and ranks
+#    killed mid-run (the survivors fail naming them);
+# 3. all nine perf tools with 2 and 3 ranks (processes, loomrun) forced onto
+#    verbs (NCCL_NET=IB NCCL_SHM_DISABLE=1), checking every result, for
+#    float, int8 and half, messages up to 1 MiB.
+# Emulated verbs move tens of MB/s: sizes and counts are kept small. Exits
+# non-zero when anything failed, after running everything.
+set -uo pipefail
+build="$(cd "$1" && pwd)"
+here="$(cd "$(dirname "$0")" && pwd)"
+tools="$here/../tools"
+export LOOM_TIMEOUT_S=120
+# ACK timeout 67 ms: a peer that dies is noticed within seconds here.
+export NCCL_IB_TIMEOUT=14
+failed=()
+run() {
+  local name="$1"; shift
+  local t0=$SECONDS
+  echo "== $name"
+  if "$@"; then
+    echo "== $name: passed ($((SECONDS - t0)) s)"
+  else
+    echo "== $name: FAILED ($((SECONDS - t0)) s)"
+    failed+=("$name")
+  fi
+}
+
+echo "== verbs devices"
+rdma link show
+rdma resource show
+
+run conformance timeout 300 "$build/bin/loom_ib_conformance_test"
+run communicators timeout 300 "$build/bin/loom_ib_comm_test"
+# A rank killed mid-run: every survivor fails with a remote error naming it
+# (multi-process suite's test; with shared memory off the pairs use verbs).
+run "killed rank over verbs" env NCCL_NET=IB timeout 300 "$build/bin/mp_failure_test" \
+  --gtest_filter='Ranks/KillRank.*_tcp'
+
+for ranks in 2 3; do
+  for tool in all_reduce all_gather reduce_scatter broadcast reduce alltoall gather scatter sendrecv; do
+    for type in float int8 half; do
+      run "${tool}_perf ${ranks} ranks ${type}" timeout 200 python3 "$tools/run_perf_tool.py" \
+        --tool "$build/bin/${tool}_perf" --loomrun "$build/bin/loomrun" --procs "$ranks" --timeout 180 \
+        --env NCCL_NET=IB --env NCCL_SHM_DISABLE=1 -- -b 8 -e 1M -f 32 -d "$type" -n 2 -w 1 -c 1
+    done
+  done
+done
+
+echo "== device resources at the end (every process has exited)"
+rdma resource show
+if [ ${#failed[@]} -ne 0 ]; then
+  echo "rdma tier: ${#failed[@]} failed: ${failed[*]}"
+  exit 1
+fi
+echo "rdma tier: everything passed"
