@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # The rdma tier, run inside the soft-RoCE guest by tests/rdma/guest.sh:
 #   in_guest.sh BUILD_DIR
-# 1. the transport conformance suite over verbs;
+# 1. the transport conformance suite over verbs, with 1 and 3 queue pairs
+#    per connection;
 # 2. communicators forced onto verbs through the public API, with the
 #    device's resource counts checked after destroy and abort, and ranks
 #    killed mid-run (the survivors fail naming them);
 # 3. all nine perf tools with 2 and 3 ranks (processes, loomrun) forced onto
 #    verbs (NCCL_NET=IB NCCL_SHM_DISABLE=1), checking every result, for
-#    float, int8 and half, messages up to 1 MiB.
+#    float, int8 and half, messages up to 1 MiB;
+# 4. the port going down under a running job.
 # Emulated verbs move tens of MB/s: sizes and counts are kept small. Exits
 # non-zero when anything failed, after running everything.
 set -uo pipefail
@@ -35,6 +37,8 @@ rdma link show
 rdma resource show
 
 run conformance timeout 300 "$build/bin/loom_ib_conformance_test"
+run "conformance, 3 queue pairs per connection" env NCCL_IB_QPS_PER_CONNECTION=3 timeout 300 \
+  "$build/bin/loom_ib_conformance_test"
 run communicators timeout 300 "$build/bin/loom_ib_comm_test"
 # A rank killed mid-run: every survivor fails with a remote error naming it
 # (multi-process suite's test; with shared memory off the pairs use verbs).
@@ -53,6 +57,22 @@ done
 
 echo "== device resources at the end (every process has exited)"
 rdma resource show
+
+# Last, as it takes the link down: a port that goes down under a running
+# job fails it with an error that says so.
+port_down() {
+  local out=/tmp/port-down.out
+  NCCL_NET=IB NCCL_SHM_DISABLE=1 LOOM_TIMEOUT_S=60 timeout 120 "$build/bin/loomrun" -n 2 -- \
+    "$build/bin/all_reduce_perf" -b 64K -e 64K -n 1000000 -w 1 >"$out" 2>&1 &
+  local job=$!
+  sleep 6
+  ip link set dummy0 down
+  wait $job
+  local status=$?
+  grep -v '^ ' "$out" | tail -5
+  [ $status -ne 0 ] && [ $status -ne 124 ] && grep -q "port rxe0:1 went down" "$out"
+}
+run "port going down" port_down
 if [ ${#failed[@]} -ne 0 ]; then
   echo "rdma tier: ${#failed[@]} failed: ${failed[*]}"
   exit 1

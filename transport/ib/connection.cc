@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <thread>
 
 #include "common/log.h"
 #include "common/settings.h"
@@ -88,6 +90,10 @@ Status IbConnection::setUp() {
   if (!fifo_ || !stage_) return systemError("out of memory for the verbs FIFO to rank " + std::to_string(peer_));
   std::memset(fifo_.get(), 0, alloc);
   std::memset(stage_.get(), 0, alloc);
+  // A child forked later gets none of these pages, so copy-on-write never
+  // moves them from under the adapter (kernels before 5.13).
+  ::madvise(fifo_.get(), alloc, MADV_DONTFORK);
+  ::madvise(stage_.get(), alloc, MADV_DONTFORK);
   fifoMr_ = v->regMr(device_->pd(), fifo_.get(), fifoBytes, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
   if (!fifoMr_) return systemErrno("registering the verbs receive FIFO on " + where(), errno);
   stageMr_ = v->regMr(device_->pd(), stage_.get(), fifoBytes, IBV_ACCESS_LOCAL_WRITE);
@@ -97,9 +103,9 @@ Status IbConnection::setUp() {
   // as many of the peer's coming in.
   sqDepth_ = int(2 * kSlots + 2);
   rqDepth_ = int(2 * kSlots + 2);
-  if (port_.maxQpWr > 0) {
-    sqDepth_ = std::min(sqDepth_, port_.maxQpWr);
-    rqDepth_ = std::min(rqDepth_, port_.maxQpWr);
+  if (port_.maxQpWr > 0 && port_.maxQpWr < sqDepth_) {
+    return systemError("verbs device " + port_.device + " takes at most " + std::to_string(port_.maxQpWr) +
+                       " work requests per queue, loom needs " + std::to_string(sqDepth_));
   }
   channel_ = v->createCompChannel(device_->context());
   if (!channel_) return systemErrno("creating a verbs completion channel on " + where(), errno);
@@ -134,6 +140,7 @@ Status IbConnection::setUp() {
     local_.qpns.push_back(qp->qp_num);
   }
   sqUsed_.assign(qps_.size(), 0);
+  for (size_t q = 0; q < qps_.size(); ++q) nextPiece_.push_back(q);
   slotOwner_.fill(kNoOwner);
   for (int i = 0; i < int(qps_.size()); ++i) LOOM_TRY(postRecv(i, rqDepth_));
   local_.lid = port_.lid;
@@ -248,6 +255,8 @@ Status IbConnection::queueRecv(Transfer* t) {
 }
 
 bool IbConnection::idle() const {
+  for (int used : sqUsed_)
+    if (used) return false;
   return sends_.empty() && inFlight_.empty() && recvs_.empty() && freedReported_ == slotsTaken_;
 }
 
@@ -299,6 +308,14 @@ Status IbConnection::pollCompletions(int* seen) {
     if (n < 0) return fail(systemError("polling the verbs completion queue on " + where() + " failed"));
     if (n == 0) return Status::ok();
     *seen += n;
+    // The cause, not its echo: a failure flushes the requests behind it,
+    // which may come first in the batch.
+    int cause = -1;
+    for (int i = 0; i < n; ++i) {
+      if (wc[i].status == IBV_WC_SUCCESS) continue;
+      if (cause < 0 || (wc[cause].status == IBV_WC_WR_FLUSH_ERR && wc[i].status != IBV_WC_WR_FLUSH_ERR)) cause = i;
+    }
+    if (cause > 0) std::swap(wc[0], wc[cause]);
     for (int i = 0; i < n; ++i) {
       const ibv_wc& c = wc[i];
       const WrKind kind = wrKind(c.wr_id);
@@ -307,7 +324,17 @@ Status IbConnection::pollCompletions(int* seen) {
         const char* what = kind == kRecv ? "a receive" : kind == kData ? "a data write" : kind == kCredit ? "a credit write" : "a liveness probe";
         std::string text = what + std::string(" on verbs ") + where() + " failed: " + wcStatusText(c.status) +
                            ", vendor error " + std::to_string(c.vendor_err);
-        if (c.status == IBV_WC_RETRY_EXC_ERR || c.status == IBV_WC_RNR_RETRY_EXC_ERR) {
+        // A port that went down or a queue pair in error is the cause the
+        // device reports on its own, maybe a moment after the completion:
+        // name it first. (A failure path: waiting 50 ms here costs nothing.)
+        Status cause = device_->pollEvents(port_.port, qps_);
+        for (int wait = 0; wait < 10 && cause.isOk(); ++wait) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(5));
+          cause = device_->pollEvents(port_.port, qps_);
+        }
+        if (!cause.isOk()) {
+          text = cause.message() + "; " + text;
+        } else if (c.status == IBV_WC_RETRY_EXC_ERR || c.status == IBV_WC_RNR_RETRY_EXC_ERR) {
           text += "; rank " + std::to_string(peer_) + " stopped answering (its process died, or the link is down)";
         }
         return fail(remoteError(text));
@@ -328,16 +355,15 @@ Status IbConnection::pollCompletions(int* seen) {
           }
           peerFreed_ = freed;
         } else {
-          // One queue pair delivers in order: the slot after those already
-          // in. Several may deliver out of order, but never a slot twice.
-          uint32_t waiting = 0;
-          for (bool a : arrived_) waiting += a ? 1 : 0;
-          const bool outOfTurn = qps_.size() == 1 && imm != (slotsTaken_ + waiting) % kSlots;
+          // Piece i goes over queue pair i % n into slot i % kSlots, and each
+          // queue pair delivers in order: the slot its next piece takes.
+          const bool outOfTurn = imm != nextPiece_[size_t(qp)] % kSlots;
           if (imm >= kSlots || arrived_[imm] || outOfTurn) {
             return fail(remoteError("rank " + std::to_string(peer_) + " wrote into verbs FIFO slot " + std::to_string(imm) +
                                     " out of turn on " + where()));
           }
           arrived_[imm] = true;
+          nextPiece_[size_t(qp)] += qps_.size();
         }
       } else {
         --sqUsed_[size_t(qp)];
@@ -393,8 +419,9 @@ Status IbConnection::receive() {
 
 Status IbConnection::returnCredits() {
   if (freedReported_ == slotsTaken_) return Status::ok();
-  // Credits always go on the first queue pair; there is always room (see
-  // the depth in setUp()).
+  // Credits go on the first queue pair. Counts are cumulative: when its
+  // send queue is full, the next credit message says it all.
+  if (sqUsed_[0] >= sqDepth_ - 1) return Status::ok();
   LOOM_TRY(postWrite(0, wrId(kCredit, 0, 0), 0, 0, true, kCreditFlag | slotsTaken_));
   freedReported_ = slotsTaken_;
   return Status::ok();
@@ -403,14 +430,17 @@ Status IbConnection::returnCredits() {
 Status IbConnection::send() {
   while (!sends_.empty()) {
     Transfer* t = sends_.front();
-    const uint32_t slot = piecesSent_ % kSlots;
-    const int qp = int(piecesSent_ % qps_.size());
+    const uint32_t slot = uint32_t(piecesPosted_ % kSlots);
+    const int qp = int(piecesPosted_ % qps_.size());
     const uint32_t outstanding = (piecesSent_ - peerFreed_) & kCountMask;
     if (outstanding >= kSlots || stageBusy_[slot] || sqUsed_[size_t(qp)] >= sqDepth_ - 2) break;
     // A buffer this connection registered is written from where it is.
     const auto* region = dynamic_cast<const IbRegion*>(t->region);
     if (region && region->owner() != this) region = nullptr;
-    if (region && sendOffset_ == 0) inFlight_.push(InFlight{t, 0, false});
+    // Every send is done once its writes completed, that is once the peer
+    // acknowledged them: a rank that returns from its last send and
+    // destroys the communicator at once loses nothing still queued.
+    if (sendOffset_ == 0) inFlight_.push(InFlight{t, 0, false});
     const size_t piece = std::min<size_t>(slotBytes_, t->bytes - sendOffset_);
     uint8_t* at = stage_.get() + size_t(slot) * slotStride_;
     SlotHeader h{};
@@ -430,23 +460,19 @@ Status IbConnection::send() {
     } else {
       if (piece) std::memcpy(at + kSlotHeaderBytes, from, piece);
       LOOM_TRY(postWrite(qp, wrId(kData, qp, slot), slot, uint32_t(kSlotHeaderBytes + piece), true, slot));
-      slotOwner_[slot] = kNoOwner;
+      ++inFlight_.back().unfinished;
+      slotOwner_[slot] = retiredSends_ + inFlight_.size() - 1;
     }
     stageBusy_[slot] = true;
     piecesSent_ = (piecesSent_ + 1) & kCountMask;
+    ++piecesPosted_;
     sendOffset_ += piece;
     t->progressed = sendOffset_;
     if (sendOffset_ == t->bytes) {
       sends_.pop();
       ++sendSeq_;
       sendOffset_ = 0;
-      if (region) {
-        inFlight_.back().posted = true;
-      } else if (inFlight_.empty()) {
-        t->done = true;  // staged: its bytes are copied out
-      } else {
-        inFlight_.push(InFlight{t, 0, true});  // done after those before it
-      }
+      inFlight_.back().posted = true;
     }
   }
   retireSends();
@@ -478,6 +504,7 @@ Status IbConnection::writeRawForTest(const void* bytes, uint32_t n, uint32_t slo
   stageBusy_[slot] = true;
   slotOwner_[slot] = kNoOwner;
   piecesSent_ = (piecesSent_ + 1) & kCountMask;
+  ++piecesPosted_;
   return Status::ok();
 }
 
@@ -495,7 +522,7 @@ Status IbConnection::probe() {
   }
   if (probing_ || (recvs_.empty() && sends_.empty() && inFlight_.empty())) return Status::ok();
   if (secondsSince(lastHeard_) < options_.probeAfterS) return Status::ok();
-  if (sqUsed_[0] >= sqDepth_) return Status::ok();
+  if (sqUsed_[0] >= sqDepth_ - 1) return Status::ok();
   LOOM_TRY(postWrite(0, wrId(kProbe, 0, 0), 0, 0, false, 0));
   probing_ = true;
   probeSentAt_ = lastHeard_ = Clock::now();
@@ -524,7 +551,7 @@ Status IbConnection::progress() {
   const auto now = Clock::now();
   if (now >= nextEventCheck_) {
     nextEventCheck_ = now + std::chrono::milliseconds(50);
-    if (Status s = device_->pollEvents(port_.port, qps_.empty() ? nullptr : qps_[0]); !s.isOk()) {
+    if (Status s = device_->pollEvents(port_.port, qps_); !s.isOk()) {
       return fail(s.addContext("verbs " + where()));
     }
   }
@@ -540,10 +567,21 @@ Status IbConnection::progress() {
     LOOM_TRY(send());
     LOOM_TRY(probe());
     if (seen) continue;
-    if (armed_) break;
+    if (armed_) return Status::ok();
     // Nothing came: arm, then look once more (a completion that landed
     // before arming raises no event).
     LOOM_TRY(arm());
+  }
+  // Completions kept coming: arm now and take what came before arming, so
+  // that a waiter blocking next wakes on anything later.
+  if (!armed_) {
+    LOOM_TRY(arm());
+    int seen = 0;
+    LOOM_TRY(pollCompletions(&seen));
+    if (seen) completedSinceArm_ = true;
+    LOOM_TRY(receive());
+    LOOM_TRY(returnCredits());
+    LOOM_TRY(send());
   }
   return Status::ok();
 }

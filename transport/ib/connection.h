@@ -12,8 +12,10 @@
 // number % queue pairs). A send whose buffer this connection registered
 // (registerMemory: a verbs memory region; core does it for ncclCommRegister
 // buffers) skips the copy: the write gathers the header from the staging
-// slot and the payload straight from the buffer, and the send is done once
-// its writes completed (done flags stay in posting order). The immediate is the slot index; the receiver
+// slot and the payload straight from the buffer. Either way a send is done
+// once its writes completed, that is once the peer acknowledged them, so
+// nothing is lost when a rank destroys its communicator right after its
+// last send (done flags stay in posting order). The immediate is the slot index; the receiver
 // takes slots in order, checks each header against the receive it posted
 // (a size the peer did not post is an error), copies the payload out and
 // frees the slot.
@@ -155,13 +157,13 @@ class IbConnection final : public Connection {
   uint64_t sendSeq_ = 0;       // messages fully staged
   size_t sendOffset_ = 0;      // of the front message
   uint32_t piecesSent_ = 0;    // running count, modulo 2^31
+  uint64_t piecesPosted_ = 0;  // the same, whole: piece i takes slot i % kSlots, queue pair i % n
   uint32_t peerFreed_ = 0;     // the peer's running count of freed slots
   std::array<bool, kSlots> stageBusy_{};  // a write from this staging slot is unfinished
   std::vector<int> sqUsed_;    // per queue pair
-  // Sends whose pieces are all posted but not all written (zero-copy ones,
-  // and any staged one behind them, so done flags keep their order); the
-  // front's id is retiredSends_, slotOwner_ names the entry a zero-copy
-  // piece in a staging slot belongs to.
+  // Sends being written: from their first piece posted until every write
+  // of theirs completed, in posting order; the front's id is retiredSends_,
+  // slotOwner_ names the entry the write from a staging slot belongs to.
   struct InFlight {
     Transfer* t;
     uint32_t unfinished;  // zero-copy writes not yet completed
@@ -179,6 +181,7 @@ class IbConnection final : public Connection {
   uint32_t slotsTaken_ = 0;    // running count, modulo 2^31
   uint32_t freedReported_ = 0;
   std::array<bool, kSlots> arrived_{};
+  std::vector<uint64_t> nextPiece_;  // per queue pair: the next piece it delivers
 
   bool armed_ = false;
   bool completedSinceArm_ = false;

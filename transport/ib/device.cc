@@ -285,7 +285,7 @@ Result<std::shared_ptr<Device>> Device::open(const std::string& name) {
   return d;
 }
 
-Status Device::pollEvents(int port, const ibv_qp* qp) {
+Status Device::pollEvents(int port, const std::vector<ibv_qp*>& qps) {
   const Verbs* v = verbs();
   std::lock_guard<std::mutex> lock(mu_);
   for (;;) {
@@ -318,7 +318,7 @@ Status Device::pollEvents(int port, const ibv_qp* qp) {
   if (!fatal_.empty()) return remoteError(fatal_);
   if (size_t(port) < portDown_.size() && !portDown_[size_t(port)].empty()) return remoteError(portDown_[size_t(port)]);
   for (auto it = qpErrors_.begin(); it != qpErrors_.end(); ++it) {
-    if (it->first != qp) continue;
+    if (std::find(qps.begin(), qps.end(), it->first) == qps.end()) continue;
     std::string text = it->second;
     qpErrors_.erase(it);
     return remoteError(text);

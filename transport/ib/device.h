@@ -76,10 +76,10 @@ class Device {
   ibv_pd* pd() const { return pd_; }
 
   // Reads the async events that are waiting (never blocks). Returns the
-  // first fatal one for `port` or for `qp` as an error, sticky per device
-  // for device-wide ones (a fatal device error), per port for a port that
-  // went down.
-  Status pollEvents(int port, const ibv_qp* qp);
+  // first fatal one for `port` or for one of `qps` as an error, sticky per
+  // device for device-wide ones (a fatal device error), per port for a port
+  // that went down.
+  Status pollEvents(int port, const std::vector<ibv_qp*>& qps);
   // Drops what was recorded for a queue pair about to be destroyed.
   void forget(const ibv_qp* qp);
 

@@ -42,14 +42,13 @@ struct Verbs {
   decltype(&::ibv_ack_async_event) ackAsyncEvent;
   decltype(&::ibv_wc_status_str) wcStatusStr;
   decltype(&::ibv_event_type_str) eventTypeStr;
-  // Absent from old rdma-core (before v34): null, and dmabuf registration
-  // (LOOM_IB_DMABUF) is then unavailable.
-  decltype(&::ibv_reg_dmabuf_mr) regDmabufMr;
 };
 
 // The loaded library, or null with *why saying what is missing (no
 // libibverbs.so.1, a symbol it lacks). Loaded once per process; never
-// unloaded (providers keep threads and state of their own).
+// unloaded (providers keep threads and state of their own). Loading calls
+// ibv_fork_init, so registered memory stays with the adapter when the
+// process forks (a no-op on kernels that handle it themselves).
 const Verbs* verbs(std::string* why = nullptr);
 
 // ibv_query_port as the header's inline wrapper does it: through the
