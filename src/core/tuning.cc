@@ -68,10 +68,11 @@ uint8_t parseList(std::string_view list, std::vector<std::string>* warnings) {
     if (name == "ring" || name == "chain") mask |= 1u << int(Algorithm::kRing);
     else if (name == "direct") mask |= 1u << int(Algorithm::kDirect);
     else if (name == "twoshot") mask |= 1u << int(Algorithm::kTwoShot);
-    else if (name == "tree" || name == "collnetdirect" || name == "collnetchain" || name == "nvls" ||
-             name == "nvlstree" || name == "pat")
+    else if (name == "tree") mask |= 1u << int(Algorithm::kTree);
+    else if (name == "collnetdirect" || name == "collnetchain" || name == "nvls" || name == "nvlstree" ||
+             name == "pat")
       warnings->push_back("NCCL_ALGO: loom has no " + name + " algorithm; ignored");
-    else warnings->push_back("NCCL_ALGO: unknown algorithm '" + name + "' ignored (loom has ring, direct, twoshot)");
+    else warnings->push_back("NCCL_ALGO: unknown algorithm '" + name + "' ignored (loom has ring, direct, twoshot, tree)");
   });
   return mask;
 }
@@ -83,6 +84,7 @@ const char* algorithmName(Algorithm a) {
     case Algorithm::kRing: return "ring";
     case Algorithm::kDirect: return "direct";
     case Algorithm::kTwoShot: return "twoshot";
+    case Algorithm::kTree: return "tree";
   }
   return "?";
 }
@@ -180,6 +182,15 @@ std::string cannotRun(Algorithm a, OpKind kind, size_t bytes, const TuningContex
   }
   // The fan-in algorithms.
   if (a == Algorithm::kTwoShot && kind != OpKind::kAllReduce) return "twoshot is an AllReduce";
+  if (a == Algorithm::kTree) {
+    if (kind == OpKind::kAllGather || kind == OpKind::kReduceScatter)
+      return "tree runs AllReduce, Broadcast and Reduce";
+    if (ctx.deterministic && reducing) return "tree folds along the tree, not in rank order (LOOM_DETERMINISTIC=1)";
+    // Reductions fold with fan-in steps (host only); Broadcast has none,
+    // but has not run on a GPU yet.
+    if (ctx.device) return "tree runs on host buffers only (so far)";
+    return "";
+  }
   if (ctx.device) return std::string(algorithmName(a)) + " runs on host buffers only (its fan-in steps)";
   if (ctx.nranks > kDirectMaxRanks)
     return std::string(algorithmName(a)) + " runs up to " + std::to_string(kDirectMaxRanks) + " ranks";
@@ -202,6 +213,18 @@ double estimateUs(Algorithm a, OpKind kind, size_t bytes, const TuningContext& c
   const bool ring = a == Algorithm::kRing;
   switch (kind) {
     case OpKind::kAllReduce:
+      if (a == Algorithm::kTree) {
+        // Up and down the tree, the slices pipelined behind each other; an
+        // inner node takes two messages and sends one per slice going up,
+        // the reverse coming down, and folds three vectors.
+        const double depth = std::ceil(std::log2(n));
+        const double slices = std::max(1.0, std::ceil(s / double(kSliceBytes)));
+        hops = 2 * depth + (slices - 1);
+        messages = 6 * slices;
+        sent = 3 * s;
+        folded = 3 * s;
+        break;
+      }
       if (a == Algorithm::kTwoShot) {
         // Slices run one after another, two hops each.
         // Slices run one after another, each an exchange every rank takes
@@ -228,6 +251,17 @@ double estimateUs(Algorithm a, OpKind kind, size_t bytes, const TuningContext& c
       break;
     case OpKind::kBroadcast:
     case OpKind::kReduce:
+      if (a == Algorithm::kTree) {
+        // Down (up) the tree, slices pipelined; an inner rank sends every
+        // byte twice (Broadcast), or takes two messages and folds three
+        // vectors (Reduce).
+        const double slices = std::max(1.0, std::ceil(s / double(kSliceBytes)));
+        hops = std::ceil(std::log2(n)) + (slices - 1);
+        messages = (kind == OpKind::kBroadcast ? 2 : 3) * slices;
+        sent = kind == OpKind::kBroadcast ? 2 * s : s;
+        folded = kind == OpKind::kReduce ? 3 * s : 0;
+        break;
+      }
       hops = ring ? n - 1 : 1;
       messages = ring ? 1 : n - 1;
       sent = ring ? s : (n - 1) * s;  // the busiest rank: the root of a direct one
@@ -261,7 +295,7 @@ Choice choose(OpKind kind, size_t bytes, const TuningContext& ctx) {
   // NCCL_ALGO first; when it allows nothing that can run, any algorithm.
   for (bool filtered : {true, false}) {
     // On a tie the one-shot algorithm wins (on one host it runs on the board).
-    for (Algorithm a : {Algorithm::kDirect, Algorithm::kTwoShot, Algorithm::kRing}) {
+    for (Algorithm a : {Algorithm::kDirect, Algorithm::kTwoShot, Algorithm::kTree, Algorithm::kRing}) {
       if ((filtered && !ctx.filter.allows(kind, a)) || !cannotRun(a, kind, bytes, ctx).empty()) continue;
       const double t = estimateUs(a, kind, bytes, ctx);
       if (t < best.estimateUs) best = Choice{a, t};

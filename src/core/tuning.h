@@ -23,9 +23,10 @@ enum class Algorithm : uint8_t {
   kRing,    // ring (AllReduce, AllGather, ReduceScatter); pipelined chain (Broadcast, Reduce)
   kDirect,  // one-shot: every rank exchanges with every other rank at once
   kTwoShot,  // AllReduce: one-shot reduce-scatter, then one-shot all-gather
+  kTree,     // AllReduce, Broadcast, Reduce: along binary trees (two on two channels)
 };
-inline constexpr int kAlgorithmCount = 3;
-const char* algorithmName(Algorithm a);  // "ring", "direct", "twoshot"
+inline constexpr int kAlgorithmCount = 4;
+const char* algorithmName(Algorithm a);  // "ring", "direct", "twoshot", "tree"
 
 // The five collectives that have algorithms, as indices 0..4.
 inline constexpr int kCollectiveCount = 5;
@@ -39,8 +40,8 @@ const char* linkClassName(LinkClass c);
 // them instead; sections "collective:list" separated by ';' apply to one
 // collective each (allreduce, allgather, reducescatter, broadcast, reduce).
 // Names are case-insensitive: NCCL's Ring and loom's ring, chain (= ring),
-// direct, twoshot. NCCL names loom does not have (Tree, CollnetDirect, CollnetChain,
-// NVLS, NVLSTree, PAT) and unknown ones are ignored with a warning; a
+// direct, twoshot, tree (NCCL's Tree). NCCL names loom does not have (CollnetDirect,
+// CollnetChain, NVLS, NVLSTree, PAT) and unknown ones are ignored with a warning; a
 // collective left with no algorithm keeps all of them, with a warning.
 class AlgoFilter {
  public:

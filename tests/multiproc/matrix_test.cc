@@ -80,7 +80,12 @@ CommSet& commsFor(const MatrixParam& p) {
   auto& slot = commCache()[std::to_string(p.n) + p.transport];
   if (!slot) {
     std::vector<std::string> env;
-    if (std::string(p.transport) == "tcp") env.push_back("NCCL_SHM_DISABLE=1");
+    const std::string t = p.transport;
+    if (t == "tcp") env.push_back("NCCL_SHM_DISABLE=1");
+    // The tree algorithms, forced (the model picks them on many ranks
+    // only); tree2: two channels, NCCL's double binary tree.
+    if (t == "tree" || t == "tree2") env.push_back("NCCL_ALGO=allreduce:tree;broadcast:tree;reduce:tree");
+    if (t == "tree2") env.push_back("NCCL_MIN_NCHANNELS=2");
     slot = std::make_unique<CommSet>(p.n, env);
   }
   return *slot;
@@ -120,7 +125,8 @@ TEST_P(Matrix, SendRecvRing) { run(Coll::kSendRecvRing); }
 TEST_P(Matrix, SendRecvAllPairs) { run(Coll::kSendRecvAllPairs); }
 
 std::string paramName(const ::testing::TestParamInfo<MatrixParam>& info) {
-  return "n" + std::to_string(info.param.n) + (std::string(info.param.transport) == "tcp" ? "_tcp" : "");
+  const std::string t = info.param.transport;
+  return "n" + std::to_string(info.param.n) + (t == "default" ? "" : "_" + t);
 }
 
 // Every rank count over loom's default transport (shared memory between
@@ -130,6 +136,17 @@ INSTANTIATE_TEST_SUITE_P(Ranks, Matrix,
                                            MatrixParam{3, "default"}, MatrixParam{4, "default"},
                                            MatrixParam{5, "default"}, MatrixParam{8, "default"},
                                            MatrixParam{3, "tcp"}, MatrixParam{5, "tcp"}),
+                         paramName);
+
+// The tree algorithms over every case of the matrix (types, ops, counts,
+// roots, in place or not), one and two trees.
+class MatrixTree : public Matrix {};
+TEST_P(MatrixTree, AllReduce) { run(Coll::kAllReduce); }
+TEST_P(MatrixTree, Broadcast) { run(Coll::kBroadcast); }
+TEST_P(MatrixTree, Reduce) { run(Coll::kReduce); }
+INSTANTIATE_TEST_SUITE_P(Ranks, MatrixTree,
+                         ::testing::Values(MatrixParam{3, "tree"}, MatrixParam{5, "tree"}, MatrixParam{8, "tree"},
+                                           MatrixParam{6, "tree2"}),
                          paramName);
 
 }  // namespace

@@ -216,6 +216,25 @@ TEST(PlanSimulator, TwoShotAndSlicedDirect) {
         }
 }
 
+// The tree algorithms (one tree; two mirrored trees on two channels):
+// AllReduce, Broadcast and Reduce, every rank count 1..33, many slices,
+// every op.
+TEST(PlanSimulator, TreeAlgorithms) {
+  for (OpKind kind : {OpKind::kAllReduce, OpKind::kBroadcast, OpKind::kReduce})
+    for (int n = 1; n <= 33; ++n)
+      for (size_t count : {size_t(0), size_t(1), size_t(7), size_t(1000), size_t(4099)})
+        for (bool inPlace : {false, true}) {
+          runCase(Case{kind, n, count, RedOp::kSum, inPlace, Algorithm::kTree}, 256, n % 2 == 0 ? 2 : 1);
+          if (HasFatalFailure()) return;
+        }
+  for (OpKind kind : {OpKind::kAllReduce, OpKind::kReduce})
+    for (RedOp op : {RedOp::kProd, RedOp::kMax, RedOp::kMin, RedOp::kPreMulSum})
+      for (int n : {2, 3, 6, 13}) {
+        runCase(Case{kind, n, 4099, op, n == 3, Algorithm::kTree}, 1024, n == 6 ? 2 : 1);
+        if (HasFatalFailure()) return;
+      }
+}
+
 // A one-shot fold is the left fold in rank order on every rank: the same
 // bits everywhere, equal to the sequential sum, for floats whose sums
 // depend on the order.

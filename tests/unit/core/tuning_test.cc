@@ -38,9 +38,9 @@ TEST(AlgoFilter, ListsExclusionsAndSections) {
 
 TEST(AlgoFilter, ForeignAndUnknownNamesWarnAndKeepSomething) {
   std::vector<std::string> warnings;
-  AlgoFilter f = parse("Tree", &warnings);
+  AlgoFilter f = parse("NVLS", &warnings);
   ASSERT_EQ(warnings.size(), 2u);
-  EXPECT_NE(warnings[0].find("no tree"), std::string::npos) << warnings[0];
+  EXPECT_NE(warnings[0].find("no nvls"), std::string::npos) << warnings[0];
   EXPECT_NE(warnings[1].find("allreduce, allgather"), std::string::npos) << warnings[1];
   EXPECT_TRUE(f.allows(OpKind::kAllReduce, Algorithm::kRing));  // nothing usable named: all kept
   warnings.clear();
@@ -49,6 +49,37 @@ TEST(AlgoFilter, ForeignAndUnknownNamesWarnAndKeepSomething) {
   EXPECT_NE(warnings[0].find("'bogus'"), std::string::npos) << warnings[0];
   EXPECT_NE(warnings[1].find("'sendrecv'"), std::string::npos) << warnings[1];
   EXPECT_FALSE(f.allows(OpKind::kAllReduce, Algorithm::kDirect));
+}
+
+// NCCL's Tree names loom's tree AllReduce; the other collectives have no
+// tree, so the model picks among what can run them.
+TEST(AlgoFilter, TreeIsTheTreeAllReduce) {
+  std::vector<std::string> warnings;
+  AlgoFilter f = parse("Tree", &warnings);
+  EXPECT_TRUE(warnings.empty());
+  EXPECT_TRUE(f.allows(OpKind::kAllReduce, Algorithm::kTree));
+  EXPECT_FALSE(f.allows(OpKind::kAllReduce, Algorithm::kRing));
+  TuningContext c;
+  c.nranks = 8;
+  c.filter = f;
+  EXPECT_EQ(choose(OpKind::kAllReduce, 1 << 20, c).algorithm, Algorithm::kTree);
+  EXPECT_EQ(choose(OpKind::kBroadcast, 1 << 20, c).algorithm, Algorithm::kTree);
+  EXPECT_EQ(choose(OpKind::kReduce, 1 << 20, c).algorithm, Algorithm::kTree);
+  EXPECT_NE(choose(OpKind::kAllGather, 1 << 20, c).algorithm, Algorithm::kTree);
+  EXPECT_NE(cannotRun(Algorithm::kTree, OpKind::kReduceScatter, 8, c), "");
+  c.deterministic = true;
+  EXPECT_NE(cannotRun(Algorithm::kTree, OpKind::kAllReduce, 8, c).find("LOOM_DETERMINISTIC"), std::string::npos);
+  EXPECT_TRUE(cannotRun(Algorithm::kTree, OpKind::kBroadcast, 8, c).empty());  // no folding
+  EXPECT_NE(choose(OpKind::kAllReduce, 1 << 20, c).algorithm, Algorithm::kTree);
+  c.deterministic = false;
+  c.device = true;
+  EXPECT_NE(cannotRun(Algorithm::kTree, OpKind::kAllReduce, 8, c), "");
+  // More ranks than direct and twoshot take: the tree's hops beat the ring's.
+  TuningContext big;
+  big.nranks = 64;
+  EXPECT_TRUE(cannotRun(Algorithm::kTree, OpKind::kAllReduce, 1024, big).empty());
+  EXPECT_LT(estimateUs(Algorithm::kTree, OpKind::kAllReduce, 1024, big),
+            estimateUs(Algorithm::kRing, OpKind::kAllReduce, 1024, big));
 }
 
 TEST(Proto, LowLatencyNamesTheLatencyPath) {
@@ -108,7 +139,8 @@ TEST(Tuning, WhatAnAlgorithmCannotRunIsSkipped) {
   EXPECT_EQ(choose(OpKind::kAllReduce, 8, c).algorithm, Algorithm::kRing);
   c = shm(64);
   EXPECT_NE(cannotRun(Algorithm::kDirect, OpKind::kAllReduce, 8, c).find("ranks"), std::string::npos);
-  EXPECT_EQ(choose(OpKind::kAllReduce, 8, c).algorithm, Algorithm::kRing);
+  EXPECT_EQ(choose(OpKind::kAllReduce, 8, c).algorithm, Algorithm::kTree);  // log2(64) hops, not 63
+  EXPECT_EQ(choose(OpKind::kAllGather, 8, c).algorithm, Algorithm::kRing);
   EXPECT_TRUE(cannotRun(Algorithm::kRing, OpKind::kAllReduce, 8, c).empty());
   EXPECT_FALSE(cannotRun(Algorithm::kRing, OpKind::kSend, 8, c).empty());
 }

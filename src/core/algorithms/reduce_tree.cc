@@ -1,0 +1,43 @@
+// Tree Reduce: slices are folded up a binary tree rooted at the root
+// (tree_common.h): a rank folds its children's partial results into its
+// own input and sends that to its parent; the root keeps the result.
+// log2(n) hops instead of the chain's n-1, pipelined slice by slice. Folds
+// follow the tree, not rank order: never under LOOM_DETERMINISTIC. Host
+// buffers only (fan-in steps).
+#include "core/algorithms/tree_common.h"
+
+namespace loom::core {
+
+Plan reduceTree(const OpDesc& op, const PlanParams& p) {
+  using namespace ring;
+  Plan plan = emptyPlan(p, "tree");
+  auto& steps = plan.streams[0].steps;
+  const size_t es = elemSize(op);
+  if (op.count == 0) return plan;
+  const tree::TreeView tree(p, op.root);
+  const int parent = tree.parent();
+  const std::vector<int> children = tree.children();
+  const size_t nslices = sliceCount(op.count, es, p.sliceBytes);
+  const Range all{0, op.count};
+  for (size_t s = 0; s < nslices; ++s) {
+    const Range sl = slice(all, op.count, nslices, s);
+    const size_t bytes = sl.size() * es;
+    const BufRef input = at(kSendBuf, sl.begin, es);
+    Step st{.local = input, .bytes = bytes, .reduce = true};
+    if (parent < 0) {
+      st.out = at(kRecvBuf, sl.begin, es);
+      st.post = true;
+    } else {
+      st.sendPeer = parent;
+    }
+    st.fanIn = children;
+    st.localAt = children.empty() ? -1 : 0;
+    // A leaf has nothing to fold: it sends its input (a lone root of one
+    // rank copies it).
+    if (children.empty()) st.fanIn.clear();
+    steps.push_back(st);
+  }
+  return plan;
+}
+
+}  // namespace loom::core
