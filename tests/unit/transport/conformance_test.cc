@@ -73,6 +73,18 @@ using PeerBody = std::function<int(Connection& b, Child& self)>;
 
 // ---- kits ---------------------------------------------------------------------
 
+// Both halves through a registry backend, as core sets them up: listen on
+// both sides, then connect each half to the other's endpoint.
+Result<Pair> pairThrough(const Backend& backend) {
+  std::vector<uint8_t> ea, eb;
+  Pair p;
+  LOOM_ASSIGN_OR_RETURN(p.a, backend.listen(1, &ea));
+  LOOM_ASSIGN_OR_RETURN(p.b, backend.listen(0, &eb));
+  LOOM_TRY(backend.connect(*p.a, eb));
+  LOOM_TRY(backend.connect(*p.b, ea));
+  return p;
+}
+
 struct LoopbackKit {
   static constexpr const char* kName = "loopback";
   static Result<Pair> makePair() {
@@ -124,18 +136,7 @@ struct TcpKit {
 struct ShmKit {
   static constexpr const char* kName = "shm";
 
-  // Through the registry's backend, as core sets it up: listen on both
-  // sides, then connect each half to the other's endpoint.
-  static Result<Pair> makePair() {
-    const Backend& backend = shm::backend();
-    std::vector<uint8_t> ea, eb;
-    Pair p;
-    LOOM_ASSIGN_OR_RETURN(p.a, backend.listen(1, &ea));
-    LOOM_ASSIGN_OR_RETURN(p.b, backend.listen(0, &eb));
-    LOOM_TRY(backend.connect(*p.a, eb));
-    LOOM_TRY(backend.connect(*p.b, ea));
-    return p;
-  }
+  static Result<Pair> makePair() { return pairThrough(shm::backend()); }
 
   static Result<std::unique_ptr<Child>> forkPeer(const PeerBody& body, std::unique_ptr<Connection>* a) {
     const Backend& backend = shm::backend();
@@ -174,21 +175,12 @@ struct ShmKit {
 };
 
 #if LOOM_CONFORMANCE_IB
-// Through the registry's backend, as core sets it up, on the first usable
-// verbs port (in the guest: rxe0, both halves on it).
+// Through the registry's backend, on the first usable verbs port (in the
+// guest: rxe0, both halves on it).
 struct IbKit {
   static constexpr const char* kName = "ib";
 
-  static Result<Pair> makePair() {
-    const Backend& backend = ib::backend();
-    std::vector<uint8_t> ea, eb;
-    Pair p;
-    LOOM_ASSIGN_OR_RETURN(p.a, backend.listen(1, &ea));
-    LOOM_ASSIGN_OR_RETURN(p.b, backend.listen(0, &eb));
-    LOOM_TRY(backend.connect(*p.a, eb));
-    LOOM_TRY(backend.connect(*p.b, ea));
-    return p;
-  }
+  static Result<Pair> makePair() { return pairThrough(ib::backend()); }
 
   // The child makes its own half after the fork (verbs objects are not
   // shared across fork); the endpoints cross the pipes.
