@@ -214,6 +214,30 @@ class CudaApi final : public Api {
     return Range{reinterpret_cast<void*>(base), bytes};
   }
 
+  Result<int> dmabufFd(const void* base, size_t bytes) override {
+    RelaxedCapture relaxed;
+    // cuMemGetHandleForAddressRange (CUDA 11.7+), a driver call.
+    using GetHandle = int (*)(void*, unsigned long long, size_t, int, unsigned long long);
+    static GetHandle getHandle = [] {
+      void* fn = nullptr;
+      cudaDriverEntryPointQueryResult found{};
+      if (cudaGetDriverEntryPointByVersion("cuMemGetHandleForAddressRange", &fn, 11070, cudaEnableDefault, &found) !=
+              cudaSuccess ||
+          found != cudaDriverEntryPointSuccess) {
+        return GetHandle(nullptr);
+      }
+      return reinterpret_cast<GetHandle>(fn);
+    }();
+    if (!getHandle) return Status(Code::kCudaError, "the driver has no cuMemGetHandleForAddressRange");
+    constexpr int kDmaBufFd = 1;  // CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD
+    int fd = -1;
+    if (int e = getHandle(&fd, reinterpret_cast<unsigned long long>(base), bytes, kDmaBufFd, 0); e != 0) {
+      return Status(Code::kCudaError, "cuMemGetHandleForAddressRange failed (error " + std::to_string(e) +
+                                          "): the driver or kernel cannot export this memory as a dma-buf");
+    }
+    return fd;
+  }
+
   Result<void*> ipcOpen(const IpcHandle& handle) override {
     RelaxedCapture relaxed;
     cudaIpcMemHandle_t h{};

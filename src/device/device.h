@@ -100,6 +100,12 @@ class Api {
     size_t bytes;
   };
   virtual Result<Range> addressRange(const void* p) = 0;
+  // A dma-buf file descriptor for device memory [base, base + bytes)
+  // (page-aligned), which a NIC can register (GPUDirect RDMA over verbs);
+  // the caller closes it. Only where the driver exports dma-bufs.
+  virtual Result<int> dmabufFd(const void* base, size_t bytes) {
+    return Status(Code::kCudaError, std::string(name()) + " device memory cannot be exported as a dma-buf");
+  }
   virtual Result<void*> ipcOpen(const IpcHandle& handle) = 0;
   virtual void ipcClose(void* mapped) = 0;
 

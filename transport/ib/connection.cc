@@ -15,6 +15,7 @@
 
 #include "common/log.h"
 #include "common/settings.h"
+#include "device/device.h"
 
 namespace loom::transport::ib {
 namespace {
@@ -60,7 +61,17 @@ IbConnection::Options IbConnection::Options::fromSettings() {
   o.fifoBytes = size_t(std::clamp<int64_t>(cfg->getInt("LOOM_IB_FIFO_BYTES"), 8192, int64_t(256) << 20));
   o.timeout = clampInt(cfg->getInt("NCCL_IB_TIMEOUT"), 1, 31);
   o.retryCount = clampInt(cfg->getInt("NCCL_IB_RETRY_CNT"), 0, 7);
+  o.gpuDirect = gpuDirectWhyNot().empty();
   return o;
+}
+
+std::string IbConnection::gpuDirectWhyNot() {
+  if (!settings::current()->getBool("LOOM_IB_GPUDIRECT")) return "LOOM_IB_GPUDIRECT=0";
+  device::Api* api = device::api();
+  if (!api || api->deviceCount() == 0) return "no CUDA device";
+  const Verbs* v = verbs();
+  if (!v || !v->regDmabufMr) return "libibverbs has no ibv_reg_dmabuf_mr (rdma-core 34 or later needed)";
+  return "";
 }
 
 IbConnection::IbConnection(int peer, const PortInfo& port, const Options& options)
@@ -167,6 +178,7 @@ IbConnection::~IbConnection() {
     v->destroyCq(cq_);
   }
   if (channel_) v->destroyCompChannel(channel_);
+  if (copyStream_) device::api()->destroyStream(copyStream_);
   if (fifoMr_) v->deregMr(fifoMr_);
   if (stageMr_) v->deregMr(stageMr_);
 }
@@ -231,6 +243,18 @@ Status IbConnection::attach(const IbEndpoint& peer) {
 Result<std::unique_ptr<Region>> IbConnection::registerMemory(void* base, size_t bytes, MemoryType memory) {
   if (base == nullptr || bytes == 0) return invalidArgument("registering an empty buffer");
   if (!moves(memory)) return invalidUsage(std::string("the verbs connection cannot move ") + memoryTypeName(memory) + " memory");
+  if (memory == MemoryType::kDevice) {
+    // GPUDirect (untested): the whole allocation, exported as a dma-buf.
+    device::Api* api = device::api();
+    LOOM_ASSIGN_OR_RETURN(device::Api::Range range, api->addressRange(base));
+    LOOM_ASSIGN_OR_RETURN(int fd, api->dmabufFd(range.base, range.bytes));
+    const uint64_t iova = reinterpret_cast<uintptr_t>(range.base);
+    ibv_mr* mr = verbs()->regDmabufMr(device_->pd(), 0, range.bytes, iova, fd, 0);
+    const int err = errno;
+    ::close(fd);
+    if (!mr) return systemErrno("registering device memory with verbs (GPUDirect) on " + where(), err);
+    return std::unique_ptr<Region>(new IbRegion(range.base, range.bytes, memory, this, device_, mr));
+  }
   // Sends only read it: no access flags, so read-only memory registers too.
   ibv_mr* mr = verbs()->regMr(device_->pd(), base, bytes, 0);
   if (!mr) return systemErrno("registering " + std::to_string(bytes) + " bytes with verbs on " + where(), errno);
@@ -404,7 +428,7 @@ Status IbConnection::receive() {
                               " bytes (message " + std::to_string(recvSeq_) + " on verbs " + where() +
                               "; mismatched sizes or call orders)"));
     }
-    if (h.pieceBytes) std::memcpy(static_cast<uint8_t*>(t->data) + h.offset, at + kSlotHeaderBytes, h.pieceBytes);
+    if (h.pieceBytes) LOOM_TRY(copyOut(t, h.offset, at + kSlotHeaderBytes, h.pieceBytes));
     t->progressed += h.pieceBytes;
     arrived_[slot] = false;
     slotsTaken_ = (slotsTaken_ + 1) & kCountMask;
@@ -414,6 +438,24 @@ Status IbConnection::receive() {
       ++recvSeq_;
     }
   }
+  return Status::ok();
+}
+
+Status IbConnection::copyOut(Transfer* t, size_t offset, const uint8_t* from, size_t n) {
+  uint8_t* to = static_cast<uint8_t*>(t->data) + offset;
+  if (t->memory != MemoryType::kDevice) {
+    std::memcpy(to, from, n);
+    return Status::ok();
+  }
+  device::Api* api = device::api();
+  if (!copyStream_) {
+    auto stream = api->createStream();
+    if (!stream.isOk()) return fail(stream.takeStatus().addContext("GPUDirect receive on verbs " + where()));
+    copyStream_ = stream.value();
+  }
+  Status s = api->copyAsync(to, from, n, copyStream_);
+  if (s.isOk()) s = api->synchronize(copyStream_);
+  if (!s.isOk()) return fail(s.addContext("copying a received piece to device memory on verbs " + where()));
   return Status::ok();
 }
 
@@ -437,6 +479,9 @@ Status IbConnection::send() {
     // A buffer this connection registered is written from where it is.
     const auto* region = dynamic_cast<const IbRegion*>(t->region);
     if (region && region->owner() != this) region = nullptr;
+    if (!region && t->memory == MemoryType::kDevice) {
+      return fail(invalidUsage("a device buffer was posted to verbs " + where() + " without its registration"));
+    }
     // Every send is done once its writes completed, that is once the peer
     // acknowledged them: a rank that returns from its last send and
     // destroys the communicator at once loses nothing still queued.

@@ -39,8 +39,13 @@
 // loom's own bound on the probe, see probeLimitS(), for providers that
 // retry forever).
 //
-// Device buffers are never handed to this connection: the engine stages
-// them through pinned host memory (transport/registry.h).
+// Device buffers: the engine stages them through pinned host memory
+// (transport/registry.h), unless LOOM_IB_GPUDIRECT=1 (UNTESTED: no machine
+// we test on has a GPU and an RDMA NIC): then the connection moves them
+// itself. Every buffer is registered (device memory through a dma-buf the
+// driver exports, ibv_reg_dmabuf_mr), sends gather straight from device
+// memory, and received pieces are copied from the host FIFO into device
+// memory on a stream of the connection's own.
 #pragma once
 
 #include <array>
@@ -80,8 +85,13 @@ class IbConnection final : public Connection {
     int timeout = 20;            // NCCL_IB_TIMEOUT
     int retryCount = 7;          // NCCL_IB_RETRY_CNT
     double probeAfterS = 1;      // quiet time before a liveness probe
+    bool gpuDirect = false;      // LOOM_IB_GPUDIRECT, where gpuDirectWhyNot() is ""
     static Options fromSettings();
   };
+  // Why this process cannot move device buffers over verbs itself ("" when
+  // it can): LOOM_IB_GPUDIRECT off, no CUDA device, no dma-buf registration
+  // in libibverbs.
+  static std::string gpuDirectWhyNot();
 
   // This side's half on `port`, its queue pairs in INIT with receives
   // posted; endpoint() says how to reach it.
@@ -101,7 +111,8 @@ class IbConnection final : public Connection {
 
   int peer() const override { return peer_; }
   const char* kind() const override { return "ib"; }
-  bool moves(MemoryType m) const override { return m != MemoryType::kDevice; }
+  bool moves(MemoryType m) const override { return m != MemoryType::kDevice || options_.gpuDirect; }
+  bool needsRegistration() const override { return options_.gpuDirect; }
   Status progress() override;
   void pollFds(std::vector<pollfd>* fds) const override;
   bool idle() const override;
@@ -127,6 +138,8 @@ class IbConnection final : public Connection {
   Status postWrite(int qp, uint64_t wrId, uint32_t slot, uint32_t length, bool withImm, uint32_t imm,
                    const ibv_sge* payload = nullptr);
   void retireSends();
+  // Bytes of a received piece into the transfer's buffer (host or device).
+  Status copyOut(Transfer* t, size_t offset, const uint8_t* from, size_t n);
   Status postRecv(int qp, int count);
   int takeEvents();  // channel events waiting, taken and acknowledged
   Status arm();
@@ -187,6 +200,7 @@ class IbConnection final : public Connection {
   bool completedSinceArm_ = false;
   Clock::time_point lastHeard_{};
   Clock::time_point nextEventCheck_{};
+  void* copyStream_ = nullptr;  // GPUDirect: received pieces go to device memory on it
 };
 
 }  // namespace loom::transport::ib

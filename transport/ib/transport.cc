@@ -47,7 +47,11 @@ namespace {
 class IbBackend final : public Backend {
  public:
   const char* name() const override { return "ib"; }
-  bool moves(MemoryType m) const override { return m != MemoryType::kDevice; }
+  // Device buffers only with GPUDirect (LOOM_IB_GPUDIRECT, untested); else
+  // the engine stages them through pinned host memory.
+  bool moves(MemoryType m) const override {
+    return m != MemoryType::kDevice || IbConnection::gpuDirectWhyNot().empty();
+  }
 
   std::string whyNot(const PeerView& self, const PeerView& peer, const Selection& selection) const override {
     if (selection.ibDisabled) return "NCCL_IB_DISABLE=1";

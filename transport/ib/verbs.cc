@@ -60,6 +60,7 @@ Loaded load() {
   LOOM_VERBS_SYMBOL(wcStatusStr, ibv_wc_status_str);
   LOOM_VERBS_SYMBOL(eventTypeStr, ibv_event_type_str);
 #undef LOOM_VERBS_SYMBOL
+  v.regDmabufMr = reinterpret_cast<Verbs::RegDmabufMr>(::dlsym(lib, "ibv_reg_dmabuf_mr"));
   l.ok = ok;
   // Before any other verbs call. Its failure only means fork safety is the
   // kernel's business (as it is since Linux 5.13).

@@ -42,6 +42,9 @@ struct Verbs {
   decltype(&::ibv_ack_async_event) ackAsyncEvent;
   decltype(&::ibv_wc_status_str) wcStatusStr;
   decltype(&::ibv_event_type_str) eventTypeStr;
+  // Optional (rdma-core 34 and later; null before): GPUDirect registration.
+  using RegDmabufMr = ibv_mr* (*)(ibv_pd*, uint64_t offset, size_t length, uint64_t iova, int fd, int access);
+  RegDmabufMr regDmabufMr;
 };
 
 // The loaded library, or null with *why saying what is missing (no

@@ -2,6 +2,9 @@
 // syntax, the endpoint's checks, and what happens on a machine without a
 // usable port. The data path runs in the rdma tier (tests/rdma).
 #include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include "common/settings.h"
 
 #include "transport/ib/connection.h"
 #include "transport/ib/device.h"
@@ -115,6 +118,23 @@ TEST(IbBackend, SaysWhyWithoutAPort) {
   auto half = backend().listen(1, &endpoint);
   ASSERT_FALSE(half.isOk());
   EXPECT_NE(half.status().message().find("no usable verbs port"), std::string::npos) << half.status().message();
+}
+
+// GPUDirect is off unless asked for, and asked for it still says why it
+// cannot run where there is no CUDA device (every machine the tests run on
+// but the GPU one; the data path itself is untested). Without it the
+// backend never takes device buffers: the engine stages them.
+TEST(IbBackend, GpuDirectIsOffByDefaultAndSaysWhy) {
+  EXPECT_EQ(IbConnection::gpuDirectWhyNot(), "LOOM_IB_GPUDIRECT=0");
+  EXPECT_FALSE(backend().moves(MemoryType::kDevice));
+  EXPECT_TRUE(backend().moves(MemoryType::kHostPinned));
+  ::setenv("LOOM_IB_GPUDIRECT", "1", 1);
+  settings::reload();
+  const std::string why = IbConnection::gpuDirectWhyNot();
+  ::unsetenv("LOOM_IB_GPUDIRECT");
+  settings::reload();
+  if (why.empty()) GTEST_SKIP() << "this machine has a CUDA device and dma-buf registration";
+  EXPECT_TRUE(why == "no CUDA device" || why.find("ibv_reg_dmabuf_mr") != std::string::npos) << why;
 }
 
 }  // namespace
