@@ -4,8 +4,9 @@
 // right over verbs, every queue pair, completion queue, memory region and
 // protection domain is gone after ncclCommDestroy and after ncclCommAbort
 // (the device's resource counts, as `rdma resource show` gives them, are
-// back where they started), and a verbs requirement that cannot be met
-// fails init instead of falling back to sockets.
+// back where they started), ncclCommRegister'd buffers become memory
+// regions and go again at ncclCommDeregister, and a verbs requirement that
+// cannot be met fails init instead of falling back to sockets.
 #include <gtest/gtest.h>
 #include <nccl.h>
 
@@ -102,6 +103,48 @@ void runOnVerbs(bool abort) {
 
 TEST(IbComm, CollectivesOverVerbsLeaveNothingAfterDestroy) { runOnVerbs(false); }
 TEST(IbComm, CollectivesOverVerbsLeaveNothingAfterAbort) { runOnVerbs(true); }
+
+// ncclCommRegister'd buffers: each verbs connection registers them (a
+// memory region each; sends are then written straight from them) and
+// ncclCommDeregister releases the regions again; results stay right.
+TEST(IbComm, RegisteredBuffersBecomeMemoryRegions) {
+  ScopedEnv env({"NCCL_NET=IB", "NCCL_SHM_DISABLE=1"});
+  const auto before = resources();
+  constexpr int n = 2;
+  std::vector<ncclComm_t> comms(n);
+  std::vector<int> devs(n, 0);
+  ASSERT_EQ(ncclCommInitAll(comms.data(), n, devs.data()), ncclSuccess) << ncclGetLastError(nullptr);
+  const size_t count = (1 << 20) + 5;
+  std::vector<std::vector<float>> in(n), out(n);
+  std::vector<void*> handles(2 * n, nullptr);
+  for (int r = 0; r < n; ++r) {
+    in[size_t(r)].assign(count, float(r + 1));
+    out[size_t(r)].assign(count, 0);
+    ASSERT_EQ(ncclCommRegister(comms[size_t(r)], in[size_t(r)].data(), count * sizeof(float), &handles[2 * size_t(r)]),
+              ncclSuccess);
+    ASSERT_EQ(ncclCommRegister(comms[size_t(r)], out[size_t(r)].data(), count * sizeof(float),
+                               &handles[2 * size_t(r) + 1]),
+              ncclSuccess);
+  }
+  const long mrsBefore = resources()["mr"];
+  for (int round = 0; round < 3; ++round) {
+    onRanks(n, [&](int r) {
+      EXPECT_EQ(ncclAllReduce(in[size_t(r)].data(), out[size_t(r)].data(), count, ncclFloat, ncclSum,
+                              comms[size_t(r)], nullptr),
+                ncclSuccess);
+    });
+    for (int r = 0; r < n; ++r)
+      for (size_t i = 0; i < count; i += 4099) ASSERT_EQ(out[size_t(r)][i], 3.0f) << "rank " << r << " element " << i;
+  }
+  EXPECT_GT(resources()["mr"], mrsBefore) << "no memory region for the registered buffers";
+  for (int r = 0; r < n; ++r) {
+    EXPECT_EQ(ncclCommDeregister(comms[size_t(r)], handles[2 * size_t(r)]), ncclSuccess);
+    EXPECT_EQ(ncclCommDeregister(comms[size_t(r)], handles[2 * size_t(r) + 1]), ncclSuccess);
+  }
+  EXPECT_EQ(resources()["mr"], mrsBefore) << "ncclCommDeregister left memory regions";
+  for (ncclComm_t c : comms) EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
+  expectBaseline(before, "after registering, deregistering and ncclCommDestroy");
+}
 
 // NCCL_NET=IB where no port qualifies: init fails, naming why, and no
 // socket connection stands in for verbs.
