@@ -147,10 +147,10 @@ constexpr Spec kTable[] = {
     {"NCCL_IB_QPS_PER_CONNECTION", T::kInt, "1", "NET",
      "Queue pairs per verbs connection, 1 .. 16; a message's FIFO slots go round-robin over them."},
     {"LOOM_IB_GPUDIRECT", T::kBool, "0", "NET",
-     "1: verbs connections move device buffers themselves (GPUDirect RDMA: device memory registered with "
-     "the NIC through a dma-buf, sends written straight from it) instead of the engine staging them "
-     "through pinned host memory. UNTESTED: no machine loom is tested on has a GPU and an RDMA NIC; "
-     "every rank must set it alike."},
+     "1: verbs connections move device buffers themselves (GPUDirect RDMA: ncclCommRegister'd device "
+     "buffers registered with the NIC through a dma-buf and sent straight from device memory; other device "
+     "buffers copied) instead of the engine staging them through pinned host memory. UNTESTED: no machine "
+     "loom is tested on has a GPU and an RDMA NIC; every rank must set it alike."},
     {"LOOM_IB_FIFO_BYTES", T::kInt, "1048576", "NET",
      "Bytes of each verbs connection's receive FIFO (and of its send staging area), split into 8 "
      "slots; messages bigger than a slot span several. 8192 .. 268435456."},

@@ -91,7 +91,9 @@ int PlanRunner::streamSlots(const std::vector<Step>& steps, const kernels::Reduc
   // Transformed sends hold a slot each until they are done, which may take
   // until the peers' fan-ins: a fan-in must find its slots free beside the
   // ones sent since the previous fan-in (two-shot: a slice's sends, then
-  // its fold).
+  // its fold). Sends with no fan-in after them need no more than kSlots: a
+  // send waiting for a slot waits for earlier sends, which finish on their
+  // own (a tree leaf's or a Reduce's pre-multiplied slices).
   int need = kSlots, transformedSends = 0;
   for (const Step& s : steps) {
     if (!s.fanIn.empty()) {
@@ -99,7 +101,6 @@ int PlanRunner::streamSlots(const std::vector<Step>& steps, const kernels::Reduc
       transformedSends = 0;
     } else if (s.recvPeer < 0 && s.sendPeer >= 0 && !s.out.valid() && transforms(s, reduction, reducing)) {
       ++transformedSends;
-      need = std::max(need, transformedSends);
     }
   }
   return need;

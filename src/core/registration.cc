@@ -53,7 +53,7 @@ Result<const Region*> RegistrationCache::find(Connection& c, const void* p, size
   // Exactly the transfer's bytes: the caller's allocation is unknown here.
   LOOM_ASSIGN_OR_RETURN(auto region, c.registerMemory(const_cast<void*>(p), n, memory));
   ++registered_;
-  implicitBytes_ += n;
+  implicitBytes_ += region->bytes();  // what eviction subtracts
   implicit_.push_front(Implicit{&c, std::move(region)});
   evictLocked();
   return static_cast<const Region*>(implicit_.front().region.get());

@@ -244,16 +244,23 @@ Result<std::unique_ptr<Region>> IbConnection::registerMemory(void* base, size_t 
   if (base == nullptr || bytes == 0) return invalidArgument("registering an empty buffer");
   if (!moves(memory)) return invalidUsage(std::string("the verbs connection cannot move ") + memoryTypeName(memory) + " memory");
   if (memory == MemoryType::kDevice) {
-    // GPUDirect (untested): the whole allocation, exported as a dma-buf.
+    // GPUDirect (untested): the pages holding the buffer, exported as a
+    // dma-buf. Where that fails the buffer still moves, through copies.
     device::Api* api = device::api();
-    LOOM_ASSIGN_OR_RETURN(device::Api::Range range, api->addressRange(base));
-    LOOM_ASSIGN_OR_RETURN(int fd, api->dmabufFd(range.base, range.bytes));
-    const uint64_t iova = reinterpret_cast<uintptr_t>(range.base);
-    ibv_mr* mr = verbs()->regDmabufMr(device_->pd(), 0, range.bytes, iova, fd, 0);
+    const uintptr_t page = 4096;
+    const uintptr_t from = reinterpret_cast<uintptr_t>(base) / page * page;
+    const uintptr_t to = (reinterpret_cast<uintptr_t>(base) + bytes + page - 1) / page * page;
+    auto fd = api->dmabufFd(reinterpret_cast<void*>(from), to - from);
+    if (!fd.isOk()) {
+      LOOM_INFO(log::kNet, "verbs %s: device buffer not registered, it moves through copies: %s", where().c_str(),
+                fd.status().message().c_str());
+      return std::make_unique<Region>(base, bytes, memory);
+    }
+    ibv_mr* mr = verbs()->regDmabufMr(device_->pd(), 0, to - from, from, fd.value(), 0);
     const int err = errno;
-    ::close(fd);
+    ::close(fd.value());
     if (!mr) return systemErrno("registering device memory with verbs (GPUDirect) on " + where(), err);
-    return std::unique_ptr<Region>(new IbRegion(range.base, range.bytes, memory, this, device_, mr));
+    return std::unique_ptr<Region>(new IbRegion(base, bytes, memory, this, device_, mr));
   }
   // Sends only read it: no access flags, so read-only memory registers too.
   ibv_mr* mr = verbs()->regMr(device_->pd(), base, bytes, 0);
@@ -447,15 +454,30 @@ Status IbConnection::copyOut(Transfer* t, size_t offset, const uint8_t* from, si
     std::memcpy(to, from, n);
     return Status::ok();
   }
+  return deviceCopy(to, from, n);
+}
+
+Status IbConnection::copyIn(const Transfer* t, size_t offset, uint8_t* to, size_t n) {
+  const uint8_t* from = static_cast<const uint8_t*>(t->data) + offset;
+  if (t->memory != MemoryType::kDevice) {
+    std::memcpy(to, from, n);
+    return Status::ok();
+  }
+  return deviceCopy(to, from, n);
+}
+
+// GPUDirect only (untested): a copy between device memory and the FIFO or
+// the staging slots, finished before it returns.
+Status IbConnection::deviceCopy(void* to, const void* from, size_t n) {
   device::Api* api = device::api();
   if (!copyStream_) {
     auto stream = api->createStream();
-    if (!stream.isOk()) return fail(stream.takeStatus().addContext("GPUDirect receive on verbs " + where()));
+    if (!stream.isOk()) return fail(stream.takeStatus().addContext("GPUDirect on verbs " + where()));
     copyStream_ = stream.value();
   }
   Status s = api->copyAsync(to, from, n, copyStream_);
   if (s.isOk()) s = api->synchronize(copyStream_);
-  if (!s.isOk()) return fail(s.addContext("copying a received piece to device memory on verbs " + where()));
+  if (!s.isOk()) return fail(s.addContext("copying between device and host memory on verbs " + where()));
   return Status::ok();
 }
 
@@ -479,9 +501,6 @@ Status IbConnection::send() {
     // A buffer this connection registered is written from where it is.
     const auto* region = dynamic_cast<const IbRegion*>(t->region);
     if (region && region->owner() != this) region = nullptr;
-    if (!region && t->memory == MemoryType::kDevice) {
-      return fail(invalidUsage("a device buffer was posted to verbs " + where() + " without its registration"));
-    }
     // Every send is done once its writes completed, that is once the peer
     // acknowledged them: a rank that returns from its last send and
     // destroys the communicator at once loses nothing still queued.
@@ -503,7 +522,7 @@ Status IbConnection::send() {
       ++inFlight_.back().unfinished;
       slotOwner_[slot] = retiredSends_ + inFlight_.size() - 1;
     } else {
-      if (piece) std::memcpy(at + kSlotHeaderBytes, from, piece);
+      if (piece) LOOM_TRY(copyIn(t, sendOffset_, at + kSlotHeaderBytes, piece));
       LOOM_TRY(postWrite(qp, wrId(kData, qp, slot), slot, uint32_t(kSlotHeaderBytes + piece), true, slot));
       ++inFlight_.back().unfinished;
       slotOwner_[slot] = retiredSends_ + inFlight_.size() - 1;

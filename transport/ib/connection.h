@@ -42,10 +42,13 @@
 // Device buffers: the engine stages them through pinned host memory
 // (transport/registry.h), unless LOOM_IB_GPUDIRECT=1 (UNTESTED: no machine
 // we test on has a GPU and an RDMA NIC): then the connection moves them
-// itself. Every buffer is registered (device memory through a dma-buf the
-// driver exports, ibv_reg_dmabuf_mr), sends gather straight from device
-// memory, and received pieces are copied from the host FIFO into device
-// memory on a stream of the connection's own.
+// itself. Sends from device buffers registered with it (ncclCommRegister:
+// the allocation's pages through a dma-buf the driver exports,
+// ibv_reg_dmabuf_mr) are gathered straight from device memory; other
+// device buffers are copied into the staging slots, and received pieces
+// from the host FIFO into device memory, on a stream of the connection's
+// own. Nothing is registered implicitly: a cached registration of memory
+// that was freed and allocated again would send stale pages.
 #pragma once
 
 #include <array>
@@ -112,7 +115,6 @@ class IbConnection final : public Connection {
   int peer() const override { return peer_; }
   const char* kind() const override { return "ib"; }
   bool moves(MemoryType m) const override { return m != MemoryType::kDevice || options_.gpuDirect; }
-  bool needsRegistration() const override { return options_.gpuDirect; }
   Status progress() override;
   void pollFds(std::vector<pollfd>* fds) const override;
   bool idle() const override;
@@ -138,8 +140,11 @@ class IbConnection final : public Connection {
   Status postWrite(int qp, uint64_t wrId, uint32_t slot, uint32_t length, bool withImm, uint32_t imm,
                    const ibv_sge* payload = nullptr);
   void retireSends();
-  // Bytes of a received piece into the transfer's buffer (host or device).
+  // Bytes of a received piece into the transfer's buffer, and of a piece to
+  // send out of it (host or device memory).
   Status copyOut(Transfer* t, size_t offset, const uint8_t* from, size_t n);
+  Status copyIn(const Transfer* t, size_t offset, uint8_t* to, size_t n);
+  Status deviceCopy(void* to, const void* from, size_t n);
   Status postRecv(int qp, int count);
   int takeEvents();  // channel events waiting, taken and acknowledged
   Status arm();

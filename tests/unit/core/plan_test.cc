@@ -235,6 +235,18 @@ TEST(PlanSimulator, TreeAlgorithms) {
       }
 }
 
+// Pre-multiplied sends with no fan-in after them (tree leaves, Reduce's
+// senders) over more slices than a stream has staging slots: each waits for
+// the ones before it instead of the plan being refused.
+TEST(PlanSimulator, ManyPreMultipliedSendsWithoutAFanIn) {
+  for (Algorithm a : {Algorithm::kTree, Algorithm::kDirect, Algorithm::kRing})
+    for (OpKind kind : {OpKind::kAllReduce, OpKind::kReduce}) {
+      if (a == Algorithm::kDirect && kind == OpKind::kAllReduce) continue;  // sends whole
+      runCase(Case{kind, 5, 4099, RedOp::kPreMulSum, false, a}, 256);  // 129 slices
+      if (HasFatalFailure()) return;
+    }
+}
+
 // A one-shot fold is the left fold in rank order on every rank: the same
 // bits everywhere, equal to the sequential sum, for floats whose sums
 // depend on the order.
