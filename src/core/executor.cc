@@ -419,7 +419,8 @@ Status PlanRunner::computeFanIn(const Step& step, StreamState& st) {
   const size_t count = step.bytes / std::max<size_t>(1, kernels::dataTypeSize(reduction_.type));
   std::byte* dst = step.out.valid() ? ptr(step.out) : nullptr;
   if (dst && writeBlocked(dst, step.bytes)) return kBlocked;
-  const bool pre = step.localAt >= 0 && reducing_ && reduction_.op == kernels::RedOp::kPreMulSum;
+  const bool pre =
+      step.localAt >= 0 && !step.localPartial && reducing_ && reduction_.op == kernels::RedOp::kPreMulSum;
   const int needed = (dst ? 0 : 1) + (pre ? 1 : 0);
   if (__builtin_popcountll(st.freeSlots) < needed) return kBlocked;
   int hold = -1, preSlot = -1;

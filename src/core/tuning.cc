@@ -69,10 +69,11 @@ uint8_t parseList(std::string_view list, std::vector<std::string>* warnings) {
     else if (name == "direct") mask |= 1u << int(Algorithm::kDirect);
     else if (name == "twoshot") mask |= 1u << int(Algorithm::kTwoShot);
     else if (name == "tree") mask |= 1u << int(Algorithm::kTree);
+    else if (name == "doubling") mask |= 1u << int(Algorithm::kDoubling);
     else if (name == "collnetdirect" || name == "collnetchain" || name == "nvls" || name == "nvlstree" ||
              name == "pat")
       warnings->push_back("NCCL_ALGO: loom has no " + name + " algorithm; ignored");
-    else warnings->push_back("NCCL_ALGO: unknown algorithm '" + name + "' ignored (loom has ring, direct, twoshot, tree)");
+    else warnings->push_back("NCCL_ALGO: unknown algorithm '" + name + "' ignored (loom has ring, direct, twoshot, tree, doubling)");
   });
   return mask;
 }
@@ -85,6 +86,7 @@ const char* algorithmName(Algorithm a) {
     case Algorithm::kDirect: return "direct";
     case Algorithm::kTwoShot: return "twoshot";
     case Algorithm::kTree: return "tree";
+    case Algorithm::kDoubling: return "doubling";
   }
   return "?";
 }
@@ -182,6 +184,12 @@ std::string cannotRun(Algorithm a, OpKind kind, size_t bytes, const TuningContex
   }
   // The fan-in algorithms.
   if (a == Algorithm::kTwoShot && kind != OpKind::kAllReduce) return "twoshot is an AllReduce";
+  if (a == Algorithm::kDoubling) {
+    if (kind != OpKind::kAllReduce) return "doubling is an AllReduce";
+    if (ctx.deterministic) return "doubling folds round by round, not in rank order (LOOM_DETERMINISTIC=1)";
+    if (ctx.device) return "doubling runs on host buffers only (its fan-in steps)";
+    return "";
+  }
   if (a == Algorithm::kTree) {
     if (kind == OpKind::kAllGather || kind == OpKind::kReduceScatter)
       return "tree runs AllReduce, Broadcast and Reduce";
@@ -213,6 +221,18 @@ double estimateUs(Algorithm a, OpKind kind, size_t bytes, const TuningContext& c
   const bool ring = a == Algorithm::kRing;
   switch (kind) {
     case OpKind::kAllReduce:
+      if (a == Algorithm::kDoubling) {
+        // log2(p) rounds of whole-vector swaps (two more hops when n is
+        // not a power of two); slices go one after another.
+        const double pow2 = std::exp2(std::floor(std::log2(n)));
+        const double rounds = std::log2(pow2) + (n > pow2 ? 2 : 0);
+        const double slices = std::max(1.0, std::ceil(s / double(kSliceBytes)));
+        hops = rounds * slices;
+        messages = rounds * slices;
+        sent = rounds * s;
+        folded = 2 * rounds * s;
+        break;
+      }
       if (a == Algorithm::kTree) {
         // Up and down the tree, the slices pipelined behind each other; an
         // inner node takes two messages and sends one per slice going up,
@@ -295,7 +315,8 @@ Choice choose(OpKind kind, size_t bytes, const TuningContext& ctx) {
   // NCCL_ALGO first; when it allows nothing that can run, any algorithm.
   for (bool filtered : {true, false}) {
     // On a tie the one-shot algorithm wins (on one host it runs on the board).
-    for (Algorithm a : {Algorithm::kDirect, Algorithm::kTwoShot, Algorithm::kTree, Algorithm::kRing}) {
+    for (Algorithm a :
+         {Algorithm::kDirect, Algorithm::kTwoShot, Algorithm::kDoubling, Algorithm::kTree, Algorithm::kRing}) {
       if ((filtered && !ctx.filter.allows(kind, a)) || !cannotRun(a, kind, bytes, ctx).empty()) continue;
       const double t = estimateUs(a, kind, bytes, ctx);
       if (t < best.estimateUs) best = Choice{a, t};

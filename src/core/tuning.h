@@ -24,9 +24,10 @@ enum class Algorithm : uint8_t {
   kDirect,  // one-shot: every rank exchanges with every other rank at once
   kTwoShot,  // AllReduce: one-shot reduce-scatter, then one-shot all-gather
   kTree,     // AllReduce, Broadcast, Reduce: along binary trees (two on two channels)
+  kDoubling,  // AllReduce: recursive doubling, whole vectors swapped in log2(n) rounds
 };
-inline constexpr int kAlgorithmCount = 4;
-const char* algorithmName(Algorithm a);  // "ring", "direct", "twoshot", "tree"
+inline constexpr int kAlgorithmCount = 5;
+const char* algorithmName(Algorithm a);  // "ring", "direct", "twoshot", "tree", "doubling"
 
 // The five collectives that have algorithms, as indices 0..4.
 inline constexpr int kCollectiveCount = 5;
@@ -40,7 +41,7 @@ const char* linkClassName(LinkClass c);
 // them instead; sections "collective:list" separated by ';' apply to one
 // collective each (allreduce, allgather, reducescatter, broadcast, reduce).
 // Names are case-insensitive: NCCL's Ring and loom's ring, chain (= ring),
-// direct, twoshot, tree (NCCL's Tree). NCCL names loom does not have (CollnetDirect,
+// direct, twoshot, tree (NCCL's Tree), doubling. NCCL names loom does not have (CollnetDirect,
 // CollnetChain, NVLS, NVLSTree, PAT) and unknown ones are ignored with a warning; a
 // collective left with no algorithm keeps all of them, with a warning.
 class AlgoFilter {

@@ -86,6 +86,7 @@ CommSet& commsFor(const MatrixParam& p) {
     // only); tree2: two channels, NCCL's double binary tree.
     if (t == "tree" || t == "tree2") env.push_back("NCCL_ALGO=allreduce:tree;broadcast:tree;reduce:tree");
     if (t == "tree2") env.push_back("NCCL_MIN_NCHANNELS=2");
+    if (t == "doubling") env.push_back("NCCL_ALGO=allreduce:doubling");
     slot = std::make_unique<CommSet>(p.n, env);
   }
   return *slot;
@@ -144,6 +145,14 @@ class MatrixTree : public Matrix {};
 TEST_P(MatrixTree, AllReduce) { run(Coll::kAllReduce); }
 TEST_P(MatrixTree, Broadcast) { run(Coll::kBroadcast); }
 TEST_P(MatrixTree, Reduce) { run(Coll::kReduce); }
+// Recursive doubling over every AllReduce case: a power of two and not.
+class MatrixDoubling : public Matrix {};
+TEST_P(MatrixDoubling, AllReduce) { run(Coll::kAllReduce); }
+INSTANTIATE_TEST_SUITE_P(Ranks, MatrixDoubling,
+                         ::testing::Values(MatrixParam{4, "doubling"}, MatrixParam{5, "doubling"},
+                                           MatrixParam{7, "doubling"}),
+                         paramName);
+
 INSTANTIATE_TEST_SUITE_P(Ranks, MatrixTree,
                          ::testing::Values(MatrixParam{3, "tree"}, MatrixParam{5, "tree"}, MatrixParam{8, "tree"},
                                            MatrixParam{6, "tree2"}),

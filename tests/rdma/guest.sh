@@ -65,7 +65,7 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 # ---- the guest image (kernel, modules, initramfs), made once ----------------------
-image_format=1
+image_format=2
 image="$cache/image"
 make_image() {
   local pkg="${LOOM_RDMA_KERNEL:-}"
@@ -121,7 +121,9 @@ mkdir -p /lower /upper /root
 mount -t 9p -o "$o,cache=loose,ro" hostroot /lower || fail "mount the host root"
 mount -t tmpfs -o mode=755 tmpfs /upper && mkdir -p /upper/data /upper/work
 mount -t overlay -o lowerdir=/lower,upperdir=/upper/data,workdir=/upper/work overlay /root || fail "overlay"
-for d in tmp var/tmp; do mkdir -p "/root/$d" && mount -t tmpfs -o mode=1777 tmpfs "/root/$d"; done
+# /tmp stays the overlay's (the host's, written in RAM): a checkout or a
+# build under /tmp must be visible in the guest too.
+mkdir -p /root/var/tmp && mount -t tmpfs -o mode=1777 tmpfs /root/var/tmp
 mount -t tmpfs -o mode=755 tmpfs /root/run
 mkdir -p /root/run/loom-guest /root/lib/modules
 mount -t 9p -o "$o,cache=none" control /root/run/loom-guest || fail "mount the control folder"

@@ -82,6 +82,27 @@ TEST(AlgoFilter, TreeIsTheTreeAllReduce) {
             estimateUs(Algorithm::kRing, OpKind::kAllReduce, 1024, big));
 }
 
+// Recursive doubling: AllReduce only, host buffers, never deterministic;
+// on many ranks it takes half the tree's hops for small vectors.
+TEST(AlgoFilter, DoublingIsAnAllReduce) {
+  std::vector<std::string> warnings;
+  TuningContext c;
+  c.nranks = 64;
+  c.filter = AlgoFilter::parse("allreduce:doubling", &warnings);
+  EXPECT_TRUE(warnings.empty());
+  EXPECT_EQ(choose(OpKind::kAllReduce, 1024, c).algorithm, Algorithm::kDoubling);
+  EXPECT_NE(cannotRun(Algorithm::kDoubling, OpKind::kBroadcast, 8, c), "");
+  TuningContext any;
+  any.nranks = 64;
+  EXPECT_LT(estimateUs(Algorithm::kDoubling, OpKind::kAllReduce, 64, any),
+            estimateUs(Algorithm::kTree, OpKind::kAllReduce, 64, any));
+  c.deterministic = true;
+  EXPECT_NE(cannotRun(Algorithm::kDoubling, OpKind::kAllReduce, 8, c).find("LOOM_DETERMINISTIC"), std::string::npos);
+  c.deterministic = false;
+  c.device = true;
+  EXPECT_NE(cannotRun(Algorithm::kDoubling, OpKind::kAllReduce, 8, c), "");
+}
+
 TEST(Proto, LowLatencyNamesTheLatencyPath) {
   std::vector<std::string> w;
   EXPECT_TRUE(parseProto("", &w).latencyPath);
@@ -139,7 +160,7 @@ TEST(Tuning, WhatAnAlgorithmCannotRunIsSkipped) {
   EXPECT_EQ(choose(OpKind::kAllReduce, 8, c).algorithm, Algorithm::kRing);
   c = shm(64);
   EXPECT_NE(cannotRun(Algorithm::kDirect, OpKind::kAllReduce, 8, c).find("ranks"), std::string::npos);
-  EXPECT_EQ(choose(OpKind::kAllReduce, 8, c).algorithm, Algorithm::kTree);  // log2(64) hops, not 63
+  EXPECT_EQ(choose(OpKind::kAllReduce, 8, c).algorithm, Algorithm::kDoubling);  // log2(64) hops, not 63
   EXPECT_EQ(choose(OpKind::kAllGather, 8, c).algorithm, Algorithm::kRing);
   EXPECT_TRUE(cannotRun(Algorithm::kRing, OpKind::kAllReduce, 8, c).empty());
   EXPECT_FALSE(cannotRun(Algorithm::kRing, OpKind::kSend, 8, c).empty());
