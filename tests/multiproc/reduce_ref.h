@@ -13,16 +13,18 @@
 //  - avg: integers in [0, K] (integer types: [-K, K] with no overflow; the
 //    mean is truncated toward zero as C does, which is NCCL's rule).
 // Floating avg is exact when nranks is a power of two (1/n and every
-// partial sum are then exact). For 3 and 5 ranks 1/n has no exact binary
+// partial sum are then exact). For 3, 5, 6 or 7 ranks 1/n has no exact binary
 // form: a library may pre-multiply by the rounded 1/n (NCCL and loom do) or
 // divide the sum, and it rounds partial sums in its own order, so no input
 // gives one right answer in general (with dense inputs the error exceeds
 // 2 ULP). These cases therefore use sparse inputs: at most two ranks per
 // element hold a nonzero value, each +-2^k (k in 0..4). Then each
-// premultiplied term is exact, the sum rounds once, and the result is
-// within 0.8 ULP of the exact mean for every format, for either method and
-// any order (checked exhaustively over this value set when the test was
-// written). The check allows kAvgToleranceUlp = 1 ULP of the exact mean.
+// premultiplied term is exact and the sum rounds once. The result is then
+// within 1.2 ULP of the exact mean for every format, either method, any
+// order and 3 to 7 ranks (computed exhaustively over this value set; the
+// extremes: 7 ranks in float, where r + 2r, r the rounded 1/7, is a tie
+// that rounds away from 3/7 by 1.14 ULP, and 5 ranks in e5m2 by division,
+// 1.2 ULP). The check allows kAvgToleranceUlp = 1.25 ULP of the exact mean.
 #pragma once
 
 #include <nccl.h>
@@ -52,7 +54,7 @@ struct Expected {
   double exact = 0;      // tolerant results only
   bool designError = false;  // the inputs did not give an exact result: a test bug
 };
-constexpr double kAvgToleranceUlp = 1.0;
+constexpr double kAvgToleranceUlp = 1.25;
 
 // Reduction of in[0..nranks) (element bits) as NCCL defines `red`.
 // Reducer keeps what does not change from element to element.
