@@ -24,8 +24,7 @@ Plan allReduceDoubling(const OpDesc& op, const PlanParams& p) {
   const size_t es = elemSize(op);
   if (op.count == 0) return plan;
   if (n == 1) {
-    steps.push_back(Step{.local = at(kSendBuf, 0, es), .out = at(kRecvBuf, 0, es), .bytes = op.count * es,
-                         .reduce = true, .post = true});
+    steps.push_back(ring::soloAllReduce(op));
     return plan;
   }
   const ring::RingView ring(p);
@@ -33,11 +32,7 @@ Plan allReduceDoubling(const OpDesc& op, const PlanParams& p) {
   int pow2 = 1;
   while (pow2 * 2 <= n) pow2 *= 2;
   const int extra = n - pow2;
-  const Range all{0, op.count};
-  const size_t nslices = sliceCount(op.count, es, p.sliceBytes);
-  for (size_t s = 0; s < nslices; ++s) {
-    const Range c = slice(all, op.count, nslices, s);
-    if (c.size() == 0) continue;
+  ring::forEachSlice(op, p.sliceBytes, [&](Range c) {
     const size_t bytes = c.size() * es;
     const BufRef input = at(kSendBuf, c.begin, es), result = at(kRecvBuf, c.begin, es);
     if (me >= pow2) {
@@ -45,7 +40,7 @@ Plan allReduceDoubling(const OpDesc& op, const PlanParams& p) {
       const int helper = ring.rankAt(me - pow2);
       steps.push_back(Step{.sendPeer = helper, .local = input, .bytes = bytes, .reduce = true});
       steps.push_back(Step{.recvPeer = helper, .out = result, .bytes = bytes});
-      continue;
+      return;
     }
     BufRef current = input;
     bool partial = false;
@@ -71,7 +66,7 @@ Plan allReduceDoubling(const OpDesc& op, const PlanParams& p) {
       partial = true;
     }
     if (me < extra) steps.push_back(Step{.sendPeer = ring.rankAt(me + pow2), .local = result, .bytes = bytes});
-  }
+  });
   return plan;
 }
 

@@ -27,18 +27,13 @@ Plan allReduceTree(const OpDesc& op, const PlanParams& p) {
   const size_t es = elemSize(op);
   if (op.count == 0) return plan;
   if (p.nranks == 1) {
-    up.push_back(Step{.local = at(kSendBuf, 0, es), .out = at(kRecvBuf, 0, es), .bytes = op.count * es,
-                      .reduce = true, .post = true});
+    up.push_back(ring::soloAllReduce(op));
     return plan;
   }
   const tree::TreeView tree(p, ring::RingView(p).rankAt(0));
   const int parent = tree.parent();
   const std::vector<int> children = tree.children();
-  const Range all{0, op.count};
-  const size_t nslices = sliceCount(op.count, es, p.sliceBytes);
-  for (size_t s = 0; s < nslices; ++s) {
-    const Range c = slice(all, op.count, nslices, s);
-    if (c.size() == 0) continue;
+  ring::forEachSlice(op, p.sliceBytes, [&](Range c) {
     const size_t bytes = c.size() * es;
     const BufRef input = at(kSendBuf, c.begin, es), result = at(kRecvBuf, c.begin, es);
     if (parent < 0) {
@@ -48,7 +43,7 @@ Plan allReduceTree(const OpDesc& op, const PlanParams& p) {
       fold.localAt = 0;
       up.push_back(fold);
       for (int child : children) up.push_back(Step{.sendPeer = child, .local = result, .bytes = bytes});
-      continue;
+      return;
     }
     if (children.empty()) {
       up.push_back(Step{.sendPeer = parent, .local = input, .bytes = bytes, .reduce = true});
@@ -60,7 +55,7 @@ Plan allReduceTree(const OpDesc& op, const PlanParams& p) {
     }
     down.push_back(Step{.recvPeer = parent, .out = result, .bytes = bytes});
     for (int child : children) down.push_back(Step{.sendPeer = child, .local = result, .bytes = bytes});
-  }
+  });
   return plan;
 }
 

@@ -18,8 +18,7 @@ Plan allReduceTwoShot(const OpDesc& op, const PlanParams& p) {
   const size_t es = elemSize(op);
   if (op.count == 0) return plan;
   if (n == 1) {
-    steps.push_back(Step{.local = at(kSendBuf, 0, es), .out = at(kRecvBuf, 0, es), .bytes = op.count * es,
-                         .reduce = true, .post = true});
+    steps.push_back(ring::soloAllReduce(op));
     return plan;
   }
   const size_t align = ring::alignElems(op);

@@ -16,10 +16,7 @@ Plan broadcastTree(const OpDesc& op, const PlanParams& p) {
   const tree::TreeView tree(p, op.root);
   const int parent = tree.parent();
   const std::vector<int> children = tree.children();
-  const size_t nslices = sliceCount(op.count, es, p.sliceBytes);
-  const Range all{0, op.count};
-  for (size_t s = 0; s < nslices; ++s) {
-    const Range sl = slice(all, op.count, nslices, s);
+  ring::forEachSlice(op, p.sliceBytes, [&](Range sl) {
     const size_t bytes = sl.size() * es;
     const BufRef result = at(kRecvBuf, sl.begin, es);
     // Store the slice (from the input at the root, from the parent
@@ -31,7 +28,7 @@ Plan broadcastTree(const OpDesc& op, const PlanParams& p) {
     steps.push_back(first);
     for (size_t c = 1; c < children.size(); ++c)
       steps.push_back(Step{.sendPeer = children[c], .local = result, .bytes = bytes});
-  }
+  });
   return plan;
 }
 

@@ -17,26 +17,23 @@ Plan reduceTree(const OpDesc& op, const PlanParams& p) {
   const tree::TreeView tree(p, op.root);
   const int parent = tree.parent();
   const std::vector<int> children = tree.children();
-  const size_t nslices = sliceCount(op.count, es, p.sliceBytes);
-  const Range all{0, op.count};
-  for (size_t s = 0; s < nslices; ++s) {
-    const Range sl = slice(all, op.count, nslices, s);
+  ring::forEachSlice(op, p.sliceBytes, [&](Range sl) {
     const size_t bytes = sl.size() * es;
-    const BufRef input = at(kSendBuf, sl.begin, es);
-    Step st{.local = input, .bytes = bytes, .reduce = true};
+    Step st{.local = at(kSendBuf, sl.begin, es), .bytes = bytes, .reduce = true};
     if (parent < 0) {
       st.out = at(kRecvBuf, sl.begin, es);
       st.post = true;
     } else {
       st.sendPeer = parent;
     }
-    st.fanIn = children;
-    st.localAt = children.empty() ? -1 : 0;
     // A leaf has nothing to fold: it sends its input (a lone root of one
     // rank copies it).
-    if (children.empty()) st.fanIn.clear();
+    if (!children.empty()) {
+      st.fanIn = children;
+      st.localAt = 0;
+    }
     steps.push_back(st);
-  }
+  });
   return plan;
 }
 

@@ -22,6 +22,26 @@ inline Plan emptyPlan(const PlanParams& p, const char* algorithm) {
 
 inline BufRef at(int buf, size_t elem, size_t esize) { return BufRef{buf, elem * esize}; }
 
+// A lone rank's AllReduce: its input, the reduction's pre and post
+// applied, into its output.
+inline Step soloAllReduce(const OpDesc& op) {
+  const size_t es = elemSize(op);
+  return Step{.local = at(kSendBuf, 0, es), .out = at(kRecvBuf, 0, es), .bytes = op.count * es, .reduce = true,
+              .post = true};
+}
+
+// Calls f(range) for the slices of the whole vector in order, at most
+// sliceBytes each (empty ones skipped).
+template <class F>
+void forEachSlice(const OpDesc& op, size_t sliceBytes, F&& f) {
+  const Range all{0, op.count};
+  const size_t nslices = sliceCount(op.count, elemSize(op), sliceBytes);
+  for (size_t s = 0; s < nslices; ++s) {
+    const Range c = slice(all, op.count, nslices, s);
+    if (c.size()) f(c);
+  }
+}
+
 // The ring a plan follows: positions 0..n-1 and the ranks on them. The
 // generators work in positions, and name ranks only for peers and for the
 // blocks that belong to a rank (AllGather, ReduceScatter).
