@@ -31,6 +31,20 @@ Status failure(const char* what, cudaError_t e) {
   return Status(Code::kCudaError, std::string(what) + " failed: " + cudaGetErrorString(e));
 }
 
+// A driver call (no runtime equivalent), reached through the runtime's
+// entry point lookup: the library links no libcuda. Null when the driver
+// lacks it.
+template <typename F>
+F driverEntryPoint(const char* name, int version) {
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult found{};
+  if (cudaGetDriverEntryPointByVersion(name, &fn, version, cudaEnableDefault, &found) != cudaSuccess ||
+      found != cudaDriverEntryPointSuccess) {
+    return nullptr;
+  }
+  return reinterpret_cast<F>(fn);
+}
+
 class CudaApi final : public Api {
  public:
   const char* name() const override { return "cuda"; }
@@ -191,19 +205,8 @@ class CudaApi final : public Api {
 
   Result<Range> addressRange(const void* p) override {
     RelaxedCapture relaxed;
-    // A driver call (no runtime equivalent), reached through the runtime's
-    // entry point lookup: the library links no libcuda.
     using GetRange = int (*)(unsigned long long*, size_t*, unsigned long long);
-    static GetRange getRange = [] {
-      void* fn = nullptr;
-      cudaDriverEntryPointQueryResult found{};
-      if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &fn, 12000, cudaEnableDefault, &found) !=
-              cudaSuccess ||
-          found != cudaDriverEntryPointSuccess) {
-        return GetRange(nullptr);
-      }
-      return reinterpret_cast<GetRange>(fn);
-    }();
+    static const GetRange getRange = driverEntryPoint<GetRange>("cuMemGetAddressRange", 12000);
     if (!getRange) return Status(Code::kCudaError, "the driver has no cuMemGetAddressRange");
     unsigned long long base = 0;
     size_t bytes = 0;
@@ -216,18 +219,9 @@ class CudaApi final : public Api {
 
   Result<int> dmabufFd(const void* base, size_t bytes) override {
     RelaxedCapture relaxed;
-    // cuMemGetHandleForAddressRange (CUDA 11.7+), a driver call.
+    // cuMemGetHandleForAddressRange: CUDA 11.7 and later.
     using GetHandle = int (*)(void*, unsigned long long, size_t, int, unsigned long long);
-    static GetHandle getHandle = [] {
-      void* fn = nullptr;
-      cudaDriverEntryPointQueryResult found{};
-      if (cudaGetDriverEntryPointByVersion("cuMemGetHandleForAddressRange", &fn, 11070, cudaEnableDefault, &found) !=
-              cudaSuccess ||
-          found != cudaDriverEntryPointSuccess) {
-        return GetHandle(nullptr);
-      }
-      return reinterpret_cast<GetHandle>(fn);
-    }();
+    static const GetHandle getHandle = driverEntryPoint<GetHandle>("cuMemGetHandleForAddressRange", 11070);
     if (!getHandle) return Status(Code::kCudaError, "the driver has no cuMemGetHandleForAddressRange");
     constexpr int kDmaBufFd = 1;  // CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD
     int fd = -1;

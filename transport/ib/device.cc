@@ -199,7 +199,6 @@ std::vector<PortInfo> discoverPorts(std::string* why) {
         p.activeMtu = a.active_mtu;
         p.gbps = widthFactor(a.active_width) * laneGbps(a);
         p.maxQpWr = dev.max_qp_wr;
-        p.maxCqe = dev.max_cqe;
         if (p.ethernet) {
           chooseGid(*v, ctx, &p, a.gid_tbl_len, wantedGid);
         } else {

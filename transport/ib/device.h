@@ -49,7 +49,6 @@ struct PortInfo {
   std::string gidType;  // "RoCE v2", "IB/RoCE v1" (from sysfs; "" when unknown)
   double gbps = 0;      // active width x speed
   int maxQpWr = 0;
-  int maxCqe = 0;
   std::string describe() const;  // "rxe0:1 (RoCE, 2.5 Gb/s, MTU 1024, GID 0)"
 };
 
@@ -71,7 +70,6 @@ class Device {
   Device(const Device&) = delete;
   Device& operator=(const Device&) = delete;
 
-  const std::string& name() const { return name_; }
   ibv_context* context() const { return context_; }
   ibv_pd* pd() const { return pd_; }
 
