@@ -124,7 +124,8 @@ constexpr Spec kTable[] = {
      "Staging buffer bytes per peer and channel; host pipeline slices are 1/8 of it (at least "
      "64 KiB) unless LOOM_CHUNK_BYTES is set."},
     {"LOOM_CHUNK_BYTES", T::kInt, "0", "TUNING",
-     "Pipeline chunk size in bytes for host collectives; 0 = chosen from NCCL_BUFFSIZE."},
+     "Pipeline chunk size in bytes for host collectives; 0 = NCCL_BUFFSIZE / 8, at most 128 KiB "
+     "when ranks talk over the network."},
     {"NCCL_SHM_DISABLE", T::kBool, "0", "SHM",
      "1: never use shared memory between ranks of one host; they talk over TCP instead."},
     {"NCCL_NET", T::kString, "", "NET",

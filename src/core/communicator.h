@@ -57,6 +57,9 @@ struct CommOptions {
   std::string name;
   LinkOptions link;  // its connectTimeoutS follows initTimeoutS
   size_t sliceBytes = 512 * 1024;
+  // The slice when the communicator's links are network links (its ranks
+  // span hosts, or shared memory is off): smaller, see fromSettings().
+  size_t networkSliceBytes = 128 * 1024;
   int channels = 1;  // connections per peer pair (plans address (peer, channel))
   double timeoutS = 1800;
   double stallWarnS = 60;  // 0: no stall warnings
@@ -234,7 +237,11 @@ class Communicator {
   // when this host's ranks of the communicator have a CPU each, few when
   // they share (a spinning rank then takes the CPU its peer needs). Set at
   // init.
+  // Over network links a round is a system call per socket, so the budget
+  // is the short one there too.
   int spinRounds() const { return spinRounds_; }
+  // The pipeline slice of host collectives (CommOptions), set at init.
+  size_t sliceBytes() const { return sliceBytes_; }
   // True when this host's ranks outnumber the CPUs this process may use.
   bool cpusShared() const { return cpusShared_; }
   // The shared-memory board for small collectives, or null (use under opMutex).
@@ -303,6 +310,7 @@ class Communicator {
   std::vector<std::vector<int>> rings_;
   TuningContext tuning_;
   int spinRounds_ = 64;
+  size_t sliceBytes_ = 512 * 1024;
   bool cpusShared_ = false;
   bool singleHost_ = false;  // every rank on this host (from the shared table)
   PlanCache planCache_;

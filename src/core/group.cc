@@ -121,7 +121,7 @@ Status buildTasks(Communicator* comm, std::span<const OpDesc> ops, std::vector<T
   PlanParams params;
   params.rank = comm->rank();
   params.nranks = comm->nranks();
-  params.sliceBytes = comm->options().sliceBytes;
+  params.sliceBytes = comm->sliceBytes();
   params.channels = comm->nchannels();
   params.rings = comm->rings();
   std::vector<OpDesc> p2p;
