@@ -44,6 +44,7 @@ Plan allReduceDirect(const OpDesc& op, const PlanParams& p);
 Plan allReduceTwoShot(const OpDesc& op, const PlanParams& p);
 Plan allReduceTree(const OpDesc& op, const PlanParams& p);
 Plan allReduceDoubling(const OpDesc& op, const PlanParams& p);
+Plan allReduceHalving(const OpDesc& op, const PlanParams& p);
 Plan broadcastTree(const OpDesc& op, const PlanParams& p);
 Plan reduceTree(const OpDesc& op, const PlanParams& p);
 Plan allGatherDirect(const OpDesc& op, const PlanParams& p);

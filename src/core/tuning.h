@@ -25,9 +25,11 @@ enum class Algorithm : uint8_t {
   kTwoShot,  // AllReduce: one-shot reduce-scatter, then one-shot all-gather
   kTree,     // AllReduce, Broadcast, Reduce: along binary trees (two on two channels)
   kDoubling,  // AllReduce: recursive doubling, whole vectors swapped in log2(n) rounds
+  kHalving,   // AllReduce: reduce-scatter by recursive halving, all-gather by doubling (Rabenseifner)
 };
-inline constexpr int kAlgorithmCount = 5;
-const char* algorithmName(Algorithm a);  // "ring", "direct", "twoshot", "tree", "doubling"
+inline constexpr int kAlgorithmCount = 6;
+// "ring", "direct", "twoshot", "tree", "doubling", "halving"
+const char* algorithmName(Algorithm a);
 
 // The five collectives that have algorithms, as indices 0..4.
 inline constexpr int kCollectiveCount = 5;
@@ -41,7 +43,7 @@ const char* linkClassName(LinkClass c);
 // them instead; sections "collective:list" separated by ';' apply to one
 // collective each (allreduce, allgather, reducescatter, broadcast, reduce).
 // Names are case-insensitive: NCCL's Ring and loom's ring, chain (= ring),
-// direct, twoshot, tree (NCCL's Tree), doubling. NCCL names loom does not have (CollnetDirect,
+// direct, twoshot, tree (NCCL's Tree), doubling, halving (also rabenseifner). NCCL names loom does not have (CollnetDirect,
 // CollnetChain, NVLS, NVLSTree, PAT) and unknown ones are ignored with a warning; a
 // collective left with no algorithm keeps all of them, with a warning.
 class AlgoFilter {

@@ -87,6 +87,7 @@ CommSet& commsFor(const MatrixParam& p) {
     if (t == "tree" || t == "tree2") env.push_back("NCCL_ALGO=allreduce:tree;broadcast:tree;reduce:tree");
     if (t == "tree2") env.push_back("NCCL_MIN_NCHANNELS=2");
     if (t == "doubling") env.push_back("NCCL_ALGO=allreduce:doubling");
+    if (t == "halving") env.push_back("NCCL_ALGO=allreduce:rabenseifner");
     slot = std::make_unique<CommSet>(p.n, env);
   }
   return *slot;
@@ -152,6 +153,12 @@ INSTANTIATE_TEST_SUITE_P(Ranks, MatrixDoubling,
                          ::testing::Values(MatrixParam{4, "doubling"}, MatrixParam{5, "doubling"},
                                            MatrixParam{7, "doubling"}),
                          paramName);
+
+// Halving-doubling over every AllReduce case: a power of two and not.
+class MatrixHalving : public Matrix {};
+TEST_P(MatrixHalving, AllReduce) { run(Coll::kAllReduce); }
+INSTANTIATE_TEST_SUITE_P(Ranks, MatrixHalving,
+                         ::testing::Values(MatrixParam{4, "halving"}, MatrixParam{6, "halving"}), paramName);
 
 INSTANTIATE_TEST_SUITE_P(Ranks, MatrixTree,
                          ::testing::Values(MatrixParam{3, "tree"}, MatrixParam{5, "tree"}, MatrixParam{8, "tree"},

@@ -70,7 +70,7 @@ std::string human(size_t bytes) {
 
 int planUsage() {
   std::fprintf(stderr,
-               "usage: loom-info --plan COLLECTIVE NRANKS COUNT [--rank R] [--algo ring|direct|twoshot|tree|doubling] [--root R] "
+               "usage: loom-info --plan COLLECTIVE NRANKS COUNT [--rank R] [--algo ring|direct|twoshot|tree|doubling|halving] [--root R] "
                "[--type T]\n  COLLECTIVE: allreduce, allgather, reducescatter, broadcast, reduce; COUNT in "
                "elements (nccl-tests' meaning); default: every rank, the algorithm the cost model picks\n");
   return 2;
@@ -112,6 +112,7 @@ int printPlan(int argc, char** argv) {
     else if (!std::strcmp(algo, "twoshot")) params.algorithm = Algorithm::kTwoShot;
     else if (!std::strcmp(algo, "tree")) params.algorithm = Algorithm::kTree;
     else if (!std::strcmp(algo, "doubling")) params.algorithm = Algorithm::kDoubling;
+    else if (!std::strcmp(algo, "halving")) params.algorithm = Algorithm::kHalving;
     else return planUsage();
     const std::string why = core::cannotRun(params.algorithm, op.kind, bytes, ctx);
     if (!why.empty()) std::printf("# note: the cost model would not use it here: %s\n", why.c_str());
@@ -150,8 +151,8 @@ int printAlgos(int argc, char** argv) {
   std::printf("# %d ranks over %s%s; estimates in us, '*' = the choice; '-' = cannot run (or NCCL_ALGO)\n",
               ctx.nranks, core::linkClassName(ctx.links), ctx.deterministic ? " (LOOM_DETERMINISTIC=1)" : "");
   for (const Named& c : kCollectives) {
-    std::printf("\n%s\n%12s %12s %12s %12s %12s %12s  %s\n", c.name, "size", "ring", "direct", "twoshot", "tree",
-                "doubling", "choice");
+    std::printf("\n%s\n%12s %12s %12s %12s %12s %12s %12s  %s\n", c.name, "size", "ring", "direct", "twoshot", "tree",
+                "doubling", "halving", "choice");
     Algorithm last = Algorithm::kRing;
     std::vector<std::string> crossovers;
     for (size_t bytes = 8; bytes <= (size_t(1) << 30); bytes *= 2) {
@@ -163,14 +164,15 @@ int printAlgos(int argc, char** argv) {
       if (bytes != 8 && (bytes & 0x5555555555555555ull) == 0) continue;  // every 4th power of two
       char cells[core::kAlgorithmCount][32];
       for (Algorithm a :
-           {Algorithm::kRing, Algorithm::kDirect, Algorithm::kTwoShot, Algorithm::kTree, Algorithm::kDoubling}) {
+           {Algorithm::kRing, Algorithm::kDirect, Algorithm::kTwoShot, Algorithm::kTree, Algorithm::kDoubling,
+            Algorithm::kHalving}) {
         const bool runs = core::cannotRun(a, c.kind, bytes, ctx).empty() && ctx.filter.allows(c.kind, a);
         if (runs) std::snprintf(cells[int(a)], sizeof cells[0], "%.1f%s", core::estimateUs(a, c.kind, bytes, ctx),
                                 choice.algorithm == a ? "*" : "");
         else std::snprintf(cells[int(a)], sizeof cells[0], "-");
       }
-      std::printf("%12s %12s %12s %12s %12s %12s  %s\n", human(bytes).c_str(), cells[0], cells[1], cells[2], cells[3],
-                  cells[4], core::algorithmName(choice.algorithm));
+      std::printf("%12s %12s %12s %12s %12s %12s %12s  %s\n", human(bytes).c_str(), cells[0], cells[1], cells[2],
+                  cells[3], cells[4], cells[5], core::algorithmName(choice.algorithm));
     }
     for (const auto& x : crossovers) std::printf("  crossover: %s\n", x.c_str());
   }

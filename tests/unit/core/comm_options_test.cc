@@ -67,7 +67,9 @@ TEST(CommOptions, CommunicatorsOverTcpTakeTheNetworkSlice) {
     const bool tcp = shmOff[0] == '1';
     for (auto& c : comms) {
       EXPECT_EQ(c->sliceBytes(), tcp ? size_t(128) << 10 : size_t(512) << 10);
-      if (tcp) EXPECT_EQ(c->spinRounds(), 64);
+      if (tcp) {
+        EXPECT_EQ(c->spinRounds(), 64);
+      }
       EXPECT_TRUE(c->closeAndWait(30));
     }
   }

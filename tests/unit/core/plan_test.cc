@@ -253,6 +253,24 @@ TEST(PlanSimulator, RecursiveDoublingAllReduce) {
     }
 }
 
+// Halving-doubling (Rabenseifner) AllReduce: every rank count 1..33 (the
+// ranks beyond a power of two stand aside), vectors shorter than the rank
+// count (empty halves), slices (4099 floats over 1 KiB slices), every op.
+TEST(PlanSimulator, HalvingDoublingAllReduce) {
+  for (int n = 1; n <= 33; ++n)
+    for (size_t count : {size_t(0), size_t(1), size_t(7), size_t(1000), size_t(4099)})
+      for (bool inPlace : {false, true}) {
+        runCase(Case{OpKind::kAllReduce, n, count, RedOp::kSum, inPlace, Algorithm::kHalving}, 256,
+                n % 2 == 0 ? 2 : 1);
+        if (HasFatalFailure()) return;
+      }
+  for (RedOp op : {RedOp::kProd, RedOp::kMax, RedOp::kMin, RedOp::kPreMulSum})
+    for (int n : {2, 3, 4, 6, 8, 13}) {
+      runCase(Case{OpKind::kAllReduce, n, 4099, op, n == 3, Algorithm::kHalving}, 1024, n == 6 ? 2 : 1);
+      if (HasFatalFailure()) return;
+    }
+}
+
 // Pre-multiplied sends with no fan-in after them (tree leaves, Reduce's
 // senders) over more slices than a stream has staging slots: each waits for
 // the ones before it instead of the plan being refused.

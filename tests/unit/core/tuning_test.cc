@@ -103,6 +103,33 @@ TEST(AlgoFilter, DoublingIsAnAllReduce) {
   EXPECT_NE(cannotRun(Algorithm::kDoubling, OpKind::kAllReduce, 8, c), "");
 }
 
+// Halving-doubling (Rabenseifner): AllReduce only, host buffers, never
+// deterministic, also by its author's name; the model takes it for mid-size
+// vectors over the network (where it measured faster than the ring) and
+// leaves large ones on shared memory to the pipelined ring.
+TEST(AlgoFilter, HalvingIsAnAllReduce) {
+  std::vector<std::string> warnings;
+  TuningContext c;
+  c.nranks = 6;
+  c.filter = AlgoFilter::parse("allreduce:Rabenseifner", &warnings);
+  EXPECT_TRUE(warnings.empty());
+  EXPECT_EQ(choose(OpKind::kAllReduce, 8 << 20, c).algorithm, Algorithm::kHalving);
+  EXPECT_STREQ(algorithmName(Algorithm::kHalving), "halving");
+  EXPECT_NE(cannotRun(Algorithm::kHalving, OpKind::kReduceScatter, 8, c), "");
+  c.deterministic = true;
+  EXPECT_NE(cannotRun(Algorithm::kHalving, OpKind::kAllReduce, 8, c).find("LOOM_DETERMINISTIC"), std::string::npos);
+  c.deterministic = false;
+  c.device = true;
+  EXPECT_NE(cannotRun(Algorithm::kHalving, OpKind::kAllReduce, 8, c), "");
+  TuningContext net;
+  net.nranks = 8;
+  net.links = LinkClass::kNetwork;
+  EXPECT_EQ(choose(OpKind::kAllReduce, 1 << 20, net).algorithm, Algorithm::kHalving);
+  TuningContext local;
+  local.nranks = 8;
+  EXPECT_EQ(choose(OpKind::kAllReduce, 16 << 20, local).algorithm, Algorithm::kRing);
+}
+
 TEST(Proto, LowLatencyNamesTheLatencyPath) {
   std::vector<std::string> w;
   EXPECT_TRUE(parseProto("", &w).latencyPath);
