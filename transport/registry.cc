@@ -77,7 +77,7 @@ bool Selection::wantsNetwork(std::string_view ncclName) const {
 bool Selection::requiresVerbs() const { return !net.empty() && wantsNetwork("IB"); }
 
 uint32_t localTransports(const Selection& selection) {
-  uint32_t bits = 0;
+  uint32_t bits = selection.shmDisabled ? 0 : kTransportShm;
 #if LOOM_HAVE_VERBS
   if (!selection.ibDisabled && selection.wantsNetwork("IB") && !ib::usablePorts(nullptr).empty()) bits |= kTransportVerbs;
 #endif

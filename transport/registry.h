@@ -33,6 +33,7 @@ namespace loom::transport {
 
 // Transports a rank can use, as it tells its peers in the init exchange.
 inline constexpr uint32_t kTransportVerbs = 1u << 0;  // a usable verbs port (transport/ib)
+inline constexpr uint32_t kTransportShm = 1u << 1;    // shared memory allowed (no NCCL_SHM_DISABLE)
 
 // What the two ranks of a pair know of each other (from the init exchange).
 struct PeerView {

@@ -407,8 +407,11 @@ void Communicator::scheduleFromTable() {
   for (const auto& ring : schedule_.rings) rings_.push_back(ring.order);
   tuning_.nranks = nranks_;
   singleHost_ = layout.hosts.size() == 1;
-  tuning_.links = layout.hosts.size() > 1 || options_.link.selection.shmDisabled ? LinkClass::kNetwork
-                                                                                  : LinkClass::kSharedMemory;
+  // One rank with shared memory off puts its pairs on TCP: every rank
+  // must then plan for the network alike (slices, algorithms).
+  bool shmOff = false;
+  for (int r = 0; r < nranks_; ++r) shmOff = shmOff || !(bootstrap_->peer(r).transports & transport::kTransportShm);
+  tuning_.links = layout.hosts.size() > 1 || shmOff ? LinkClass::kNetwork : LinkClass::kSharedMemory;
   tuning_.device = mode_ == Mode::kCuda;
   tuning_.filter = options_.algorithms;
   tuning_.deterministic = options_.deterministic;
@@ -420,6 +423,7 @@ void Communicator::scheduleFromTable() {
   const bool network = tuning_.links == LinkClass::kNetwork;
   spinRounds_ = cpusShared_ || network ? kSharedSpinRounds : kDedicatedSpinRounds;
   sliceBytes_ = network ? options_.networkSliceBytes : options_.sliceBytes;
+  tuning_.sliceBytes = sliceBytes_;
   const wire::RankInfo& me = bootstrap_->peer(rank_);
   int firstLocal = rank_;
   for (int r = 0; r < nranks_; ++r) {

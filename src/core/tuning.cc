@@ -31,8 +31,6 @@ constexpr LinkCost kCosts[] = {
 // (AllReduce, AllGather, Broadcast): unpipelined, and an AllReduce's fan-in
 // stages one message per peer at once.
 constexpr size_t kDirectMaxMessageBytes = size_t(256) << 10;
-// The slice size the estimates assume (the default LOOM_CHUNK_BYTES).
-constexpr size_t kSliceBytes = size_t(512) << 10;
 // Fan-in steps stage every source in a slot of their own, beside the slots
 // of the pre-multiplied sends before them (core/executor.h: 64 per stream).
 constexpr int kDirectMaxRanks = 32;
@@ -218,6 +216,7 @@ std::string cannotRun(Algorithm a, OpKind kind, size_t bytes, const TuningContex
 double estimateUs(Algorithm a, OpKind kind, size_t bytes, const TuningContext& ctx) {
   const LinkCost& c = kCosts[int(ctx.links)];
   const double n = double(std::max(1, ctx.nranks)), s = double(bytes);
+  const double sliceBytes = double(std::max<size_t>(ctx.sliceBytes, 4096));
   if (n == 1) return c.messageUs + s * c.usPerByte;
   // Sequential hops; messages, bytes sent and bytes folded by the busiest rank.
   double hops = 0, messages = 0, sent = 0, folded = 0;
@@ -229,7 +228,7 @@ double estimateUs(Algorithm a, OpKind kind, size_t bytes, const TuningContext& c
         // not a power of two); slices go one after another.
         const double pow2 = std::exp2(std::floor(std::log2(n)));
         const double rounds = std::log2(pow2) + (n > pow2 ? 2 : 0);
-        const double slices = std::max(1.0, std::ceil(s / double(kSliceBytes)));
+        const double slices = std::max(1.0, std::ceil(s / sliceBytes));
         hops = rounds * slices;
         messages = rounds * slices;
         sent = rounds * s;
@@ -244,12 +243,13 @@ double estimateUs(Algorithm a, OpKind kind, size_t bytes, const TuningContext& c
         // twoshot, its slices do not overlap: a quarter more per byte than
         // the pipelined ring (measured on 4 and 8 ranks: 1.07-1.6x the
         // ring's time from 1 to 16 MiB). Over the network it beat the ring
-        // from 16 KiB to 4 MiB on 4 and 8 hosts (network namespaces).
+        // from 16 KiB to 4 MiB on 4 and 8 hosts (network namespaces sharing
+        // 2 cores); the model takes it up to 256 KiB there.
         const double perByte = ctx.links == LinkClass::kSharedMemory ? 1.25 : 1.0;
         const double pow2 = std::exp2(std::floor(std::log2(n)));
         const double extra = n > pow2 ? 1 : 0;
         const double rounds = 2 * std::log2(pow2) + 2 * extra;
-        const double slices = std::max(1.0, std::ceil(s / double(2 * kSliceBytes)));
+        const double slices = std::max(1.0, std::ceil(s / (2 * sliceBytes)));
         hops = rounds * slices;
         messages = rounds * slices;
         sent = perByte * (2 * (pow2 - 1) / pow2 * s + extra * s);
@@ -261,7 +261,7 @@ double estimateUs(Algorithm a, OpKind kind, size_t bytes, const TuningContext& c
         // inner node takes two messages and sends one per slice going up,
         // the reverse coming down, and folds three vectors.
         const double depth = std::ceil(std::log2(n));
-        const double slices = std::max(1.0, std::ceil(s / double(kSliceBytes)));
+        const double slices = std::max(1.0, std::ceil(s / sliceBytes));
         hops = 2 * depth + (slices - 1);
         messages = 6 * slices;
         sent = 3 * s;
@@ -273,7 +273,7 @@ double estimateUs(Algorithm a, OpKind kind, size_t bytes, const TuningContext& c
         // Slices run one after another, each an exchange every rank takes
         // part in (n hops when ranks share CPUs), and they do not overlap:
         // a quarter more per byte than the pipelined ring (measured).
-        const double slices = std::max(1.0, std::ceil(s / n / double(kSliceBytes)));
+        const double slices = std::max(1.0, std::ceil(s / n / sliceBytes));
         hops = n * slices;
         messages = 2 * (n - 1) * slices;
         sent = 1.25 * 2 * (n - 1) / n * s;
@@ -298,7 +298,7 @@ double estimateUs(Algorithm a, OpKind kind, size_t bytes, const TuningContext& c
         // Down (up) the tree, slices pipelined; an inner rank sends every
         // byte twice (Broadcast), or takes two messages and folds three
         // vectors (Reduce).
-        const double slices = std::max(1.0, std::ceil(s / double(kSliceBytes)));
+        const double slices = std::max(1.0, std::ceil(s / sliceBytes));
         hops = std::ceil(std::log2(n)) + (slices - 1);
         messages = (kind == OpKind::kBroadcast ? 2 : 3) * slices;
         sent = kind == OpKind::kBroadcast ? 2 * s : s;
@@ -317,7 +317,7 @@ double estimateUs(Algorithm a, OpKind kind, size_t bytes, const TuningContext& c
   // much per byte as the pipelined ring once there are several slices.
   if (a == Algorithm::kDirect && (kind == OpKind::kReduceScatter || kind == OpKind::kReduce)) {
     const double perPeer = kind == OpKind::kReduceScatter ? s / n : s;
-    const double slices = std::ceil(perPeer / double(kSliceBytes));
+    const double slices = std::ceil(perPeer / sliceBytes);
     if (slices > 1) {
       hops = n * slices;
       messages *= slices;

@@ -77,6 +77,8 @@ struct TuningContext {
   // not depend on the algorithm, the slicing or the channels.
   bool deterministic = false;
   AlgoFilter filter;
+  // The pipeline slice plans use (Communicator::sliceBytes).
+  size_t sliceBytes = size_t(512) << 10;
 };
 
 // Whether `a` can run this case (an empty string), or why not.

@@ -154,6 +154,22 @@ TEST_F(FailureTest, LatencyPathSettingsThatDifferStillMeet) {
   }
 }
 
+// One rank with shared memory off puts the communicator on TCP for every
+// rank: all plan with the network's slices and algorithms (1 MiB per rank:
+// several slices), so their messages match.
+TEST_F(FailureTest, ShmSettingsThatDifferStillMeet) {
+  const std::vector<std::vector<std::string>> envs = {{"NCCL_SHM_DISABLE=1"}, {"NCCL_SHM_DISABLE=0"}};
+  for (int r = 0; r < 2; ++r)
+    spawn({"loop", "rank=" + std::to_string(r), "nranks=2", "steps=10", "count=262144", "limit_s=60"},
+          commEnv(envs[size_t(r)]));
+  for (int r = 0; r < 2; ++r) {
+    ChildProcess& k = *kids_[size_t(r)];
+    ASSERT_TRUE(k.wait(kEndsWithinS)) << "rank " << r << " did not finish:\n" << k.output();
+    EXPECT_EQ(k.status(), 0) << k.output();
+    EXPECT_EQ(resultField(k.output(), "code"), "0") << k.output();
+  }
+}
+
 // Rank 1 sleeps instead of joining the AllReduce; rank 0 gives up after
 // LOOM_TIMEOUT_S=2 and says it waits for rank 1.
 TEST_F(FailureTest, OperationTimeoutNamesTheRankWaitedFor) {

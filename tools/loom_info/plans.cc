@@ -112,7 +112,7 @@ int printPlan(int argc, char** argv) {
     else if (!std::strcmp(algo, "twoshot")) params.algorithm = Algorithm::kTwoShot;
     else if (!std::strcmp(algo, "tree")) params.algorithm = Algorithm::kTree;
     else if (!std::strcmp(algo, "doubling")) params.algorithm = Algorithm::kDoubling;
-    else if (!std::strcmp(algo, "halving")) params.algorithm = Algorithm::kHalving;
+    else if (!std::strcmp(algo, "halving") || !std::strcmp(algo, "rabenseifner")) params.algorithm = Algorithm::kHalving;
     else return planUsage();
     const std::string why = core::cannotRun(params.algorithm, op.kind, bytes, ctx);
     if (!why.empty()) std::printf("# note: the cost model would not use it here: %s\n", why.c_str());
@@ -139,7 +139,10 @@ int printAlgos(int argc, char** argv) {
   core::TuningContext ctx;
   ctx.nranks = 8;
   for (int i = 0; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--net")) ctx.links = core::LinkClass::kNetwork;
+    if (!std::strcmp(argv[i], "--net")) {
+      ctx.links = core::LinkClass::kNetwork;
+      ctx.sliceBytes = size_t(128) << 10;  // a network communicator's default slice
+    }
     else if (std::atoi(argv[i]) > 0) ctx.nranks = std::atoi(argv[i]);
     else {
       std::fprintf(stderr, "usage: loom-info --algos [NRANKS] [--net]\n");

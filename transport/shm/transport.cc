@@ -14,6 +14,9 @@ class ShmBackend final : public Backend {
   std::string whyNot(const PeerView& self, const PeerView& peer, const Selection& selection) const override {
     if (selection.shmDisabled) return "NCCL_SHM_DISABLE=1";
     if (self.hostHash != peer.hostHash) return "the ranks are on different hosts";
+    // Both sides must choose alike: a peer with it off talks TCP only.
+    if (!(peer.transports & kTransportShm))
+      return "rank " + std::to_string(peer.rank) + " has shared memory off (NCCL_SHM_DISABLE=1)";
     return "";
   }
 

@@ -40,7 +40,9 @@ Plan allReduceHalving(const OpDesc& op, const PlanParams& p) {
     Range keep, give;
   };
   std::vector<Round> rounds;
-  // Slices of twice the slice size: no message is larger than a slice.
+  // Slices of twice the slice size: no message of the halving and doubling
+  // rounds is larger than a slice (the hand-over beyond a power of two
+  // carries the whole slice).
   ring::forEachSlice(op, 2 * p.sliceBytes, [&](Range c) {
     const size_t bytes = c.size() * es;
     if (me >= pow2) {

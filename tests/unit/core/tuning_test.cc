@@ -124,7 +124,8 @@ TEST(AlgoFilter, HalvingIsAnAllReduce) {
   TuningContext net;
   net.nranks = 8;
   net.links = LinkClass::kNetwork;
-  EXPECT_EQ(choose(OpKind::kAllReduce, 1 << 20, net).algorithm, Algorithm::kHalving);
+  net.sliceBytes = 128 << 10;
+  EXPECT_EQ(choose(OpKind::kAllReduce, 256 << 10, net).algorithm, Algorithm::kHalving);
   TuningContext local;
   local.nranks = 8;
   EXPECT_EQ(choose(OpKind::kAllReduce, 16 << 20, local).algorithm, Algorithm::kRing);

@@ -18,6 +18,7 @@ PeerView view(int rank, uint64_t host, bool hostBuffers = true) {
   v.hostHash = host;
   v.pid = 1000 + uint32_t(rank);
   v.memory = hostBuffers ? MemoryType::kHost : MemoryType::kDevice;
+  v.transports = kTransportShm;  // shared memory allowed
   return v;
 }
 
@@ -28,6 +29,14 @@ TEST(Registry, SameHostHostBuffersChooseShm) {
   EXPECT_STREQ(b->name(), "shm");
   EXPECT_EQ(find("shm"), b);
   EXPECT_EQ(find("no-such-backend"), nullptr);
+  // A peer with shared memory off (NCCL_SHM_DISABLE=1 in its process):
+  // both sides of the pair keep TCP.
+  PeerView off = view(1, 7);
+  off.transports = 0;
+  reasons.clear();
+  const Backend* none = choose(view(0, 7), off, Selection{}, &reasons);
+  EXPECT_TRUE(none == nullptr || std::strcmp(none->name(), "shm") != 0);
+  EXPECT_NE(reasons.find("rank 1 has shared memory off"), std::string::npos) << reasons;
 }
 
 // NCCL_NET names a network backend that is required, not a hint: NCCL's
