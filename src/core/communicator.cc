@@ -407,6 +407,14 @@ void Communicator::scheduleFromTable() {
   for (const auto& ring : schedule_.rings) rings_.push_back(ring.order);
   tuning_.nranks = nranks_;
   singleHost_ = layout.hosts.size() == 1;
+  hostOf_.clear();
+  std::vector<int> perHost(layout.hosts.size(), 0);
+  for (const auto& place : layout.ranks) {
+    hostOf_.push_back(place.host);
+    ++perHost[size_t(place.host)];
+  }
+  tuning_.hosts = int(layout.hosts.size());
+  tuning_.ranksPerHost = std::all_of(perHost.begin(), perHost.end(), [&](int k) { return k == perHost[0]; }) ? perHost[0] : 0;
   // One rank with shared memory off puts its pairs on TCP: every rank
   // must then plan for the network alike (slices, algorithms).
   bool shmOff = false;

@@ -242,6 +242,8 @@ class Communicator {
   int spinRounds() const { return spinRounds_; }
   // The pipeline slice of host collectives (CommOptions), set at init.
   size_t sliceBytes() const { return sliceBytes_; }
+  // The host of each rank (0..hosts-1, in the order ranks name them), set at init.
+  std::span<const int> hostOf() const { return hostOf_; }
   // True when this host's ranks outnumber the CPUs this process may use.
   bool cpusShared() const { return cpusShared_; }
   // The shared-memory board for small collectives, or null (use under opMutex).
@@ -311,6 +313,7 @@ class Communicator {
   TuningContext tuning_;
   int spinRounds_ = 64;
   size_t sliceBytes_ = 512 * 1024;
+  std::vector<int> hostOf_;
   bool cpusShared_ = false;
   bool singleHost_ = false;  // every rank on this host (from the shared table)
   PlanCache planCache_;

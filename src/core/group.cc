@@ -124,6 +124,7 @@ Status buildTasks(Communicator* comm, std::span<const OpDesc> ops, std::vector<T
   params.sliceBytes = comm->sliceBytes();
   params.channels = comm->nchannels();
   params.rings = comm->rings();
+  params.hostOf = comm->hostOf();
   std::vector<OpDesc> p2p;
   for (const OpDesc& op : ops) {
     if (isPointToPoint(op.kind)) {

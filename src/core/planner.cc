@@ -35,6 +35,8 @@ Result<Plan> planOneChannel(const OpDesc& op, const PlanParams& params) {
   if (params.algorithm == Algorithm::kTwoShot && op.kind == OpKind::kAllReduce) return allReduceTwoShot(op, params);
   if (params.algorithm == Algorithm::kDoubling && op.kind == OpKind::kAllReduce) return allReduceDoubling(op, params);
   if (params.algorithm == Algorithm::kHalving && op.kind == OpKind::kAllReduce) return allReduceHalving(op, params);
+  if (params.algorithm == Algorithm::kHierarchical && op.kind == OpKind::kAllReduce)
+    return allReduceHierarchical(op, params);
   if (params.algorithm == Algorithm::kTree) {
     if (op.kind == OpKind::kAllReduce) return allReduceTree(op, params);
     if (op.kind == OpKind::kBroadcast) return broadcastTree(op, params);

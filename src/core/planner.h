@@ -24,6 +24,8 @@ struct PlanParams {
   // (Broadcast, Reduce) run along the ring from the root.
   std::span<const std::vector<int>> rings{};
   int ringIndex = 0;  // which ring a one-channel plan follows
+  // The host of each rank (0..hosts-1), for hierarchical plans; empty: one host.
+  std::span<const int> hostOf{};
   Algorithm algorithm = Algorithm::kRing;  // chosen by core/tuning.h
 };
 
@@ -45,6 +47,7 @@ Plan allReduceTwoShot(const OpDesc& op, const PlanParams& p);
 Plan allReduceTree(const OpDesc& op, const PlanParams& p);
 Plan allReduceDoubling(const OpDesc& op, const PlanParams& p);
 Plan allReduceHalving(const OpDesc& op, const PlanParams& p);
+Plan allReduceHierarchical(const OpDesc& op, const PlanParams& p);
 Plan broadcastTree(const OpDesc& op, const PlanParams& p);
 Plan reduceTree(const OpDesc& op, const PlanParams& p);
 Plan allGatherDirect(const OpDesc& op, const PlanParams& p);

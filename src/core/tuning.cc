@@ -69,10 +69,11 @@ uint8_t parseList(std::string_view list, std::vector<std::string>* warnings) {
     else if (name == "tree") mask |= 1u << int(Algorithm::kTree);
     else if (name == "doubling") mask |= 1u << int(Algorithm::kDoubling);
     else if (name == "halving" || name == "rabenseifner") mask |= 1u << int(Algorithm::kHalving);
+    else if (name == "hierarchical") mask |= 1u << int(Algorithm::kHierarchical);
     else if (name == "collnetdirect" || name == "collnetchain" || name == "nvls" || name == "nvlstree" ||
              name == "pat")
       warnings->push_back("NCCL_ALGO: loom has no " + name + " algorithm; ignored");
-    else warnings->push_back("NCCL_ALGO: unknown algorithm '" + name + "' ignored (loom has ring, direct, twoshot, tree, doubling, halving)");
+    else warnings->push_back("NCCL_ALGO: unknown algorithm '" + name + "' ignored (loom has ring, direct, twoshot, tree, doubling, halving, hierarchical)");
   });
   return mask;
 }
@@ -87,6 +88,7 @@ const char* algorithmName(Algorithm a) {
     case Algorithm::kTree: return "tree";
     case Algorithm::kDoubling: return "doubling";
     case Algorithm::kHalving: return "halving";
+    case Algorithm::kHierarchical: return "hierarchical";
   }
   return "?";
 }
@@ -184,6 +186,14 @@ std::string cannotRun(Algorithm a, OpKind kind, size_t bytes, const TuningContex
   }
   // The fan-in algorithms.
   if (a == Algorithm::kTwoShot && kind != OpKind::kAllReduce) return "twoshot is an AllReduce";
+  if (a == Algorithm::kHierarchical) {
+    if (kind != OpKind::kAllReduce) return "hierarchical is an AllReduce";
+    if (ctx.hosts < 2) return "hierarchical needs ranks on several hosts";
+    if (ctx.ranksPerHost < 2) return "hierarchical needs the same number of ranks, at least 2, on every host";
+    if (ctx.deterministic) return "hierarchical folds phase by phase, not in rank order (LOOM_DETERMINISTIC=1)";
+    if (ctx.device) return "hierarchical runs on host buffers only (its fan-in steps)";
+    return "";
+  }
   if (a == Algorithm::kDoubling || a == Algorithm::kHalving) {
     const std::string name = algorithmName(a);
     if (kind != OpKind::kAllReduce) return name + " is an AllReduce";
@@ -234,6 +244,24 @@ double estimateUs(Algorithm a, OpKind kind, size_t bytes, const TuningContext& c
         sent = rounds * s;
         folded = 2 * rounds * s;
         break;
+      }
+      if (a == Algorithm::kHierarchical) {
+        // A ring of R inside each host at shared-memory cost, then halving
+        // among the H hosts over the network on each rank's 1/R of the
+        // vector, its slices one after another.
+        const double R = std::max(1, ctx.ranksPerHost), H = std::max(1, ctx.hosts);
+        const LinkCost& local = kCosts[int(LinkClass::kSharedMemory)];
+        const double inside = 2 * (R - 1) * local.hopUs + 2 * (R - 1) * local.messageUs +
+                              2 * (R - 1) / R * s * local.usPerByte + 2 * (R - 1) / R * s * local.usPerFoldedByte;
+        const double part = s / R;
+        const double pow2 = std::exp2(std::floor(std::log2(H)));
+        const double extra = H > pow2 ? 1 : 0;
+        const double slices = std::max(1.0, std::ceil(part / sliceBytes));
+        hops = (2 * std::log2(pow2) + 2 * extra) * slices;
+        messages = hops;
+        sent = 2 * (pow2 - 1) / pow2 * part + extra * part;
+        folded = 2 * (pow2 - 1) / pow2 * part + extra * 2 * part;
+        return inside + hops * c.hopUs + messages * c.messageUs + sent * c.usPerByte + folded * c.usPerFoldedByte;
       }
       if (a == Algorithm::kHalving) {
         // log2(p) rounds down and as many back up per slice (two more hops
@@ -339,8 +367,8 @@ Choice choose(OpKind kind, size_t bytes, const TuningContext& ctx) {
   for (bool filtered : {true, false}) {
     // On a tie the one-shot algorithm wins (on one host it runs on the board).
     for (Algorithm a :
-         {Algorithm::kDirect, Algorithm::kTwoShot, Algorithm::kDoubling, Algorithm::kHalving, Algorithm::kTree,
-          Algorithm::kRing}) {
+         {Algorithm::kDirect, Algorithm::kTwoShot, Algorithm::kDoubling, Algorithm::kHalving, Algorithm::kHierarchical,
+          Algorithm::kTree, Algorithm::kRing}) {
       if ((filtered && !ctx.filter.allows(kind, a)) || !cannotRun(a, kind, bytes, ctx).empty()) continue;
       const double t = estimateUs(a, kind, bytes, ctx);
       if (t < best.estimateUs) best = Choice{a, t};

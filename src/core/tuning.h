@@ -26,9 +26,10 @@ enum class Algorithm : uint8_t {
   kTree,     // AllReduce, Broadcast, Reduce: along binary trees (two on two channels)
   kDoubling,  // AllReduce: recursive doubling, whole vectors swapped in log2(n) rounds
   kHalving,   // AllReduce: reduce-scatter by recursive halving, all-gather by doubling (Rabenseifner)
+  kHierarchical,  // AllReduce across hosts: ring inside each host, halving-doubling between hosts
 };
-inline constexpr int kAlgorithmCount = 6;
-// "ring", "direct", "twoshot", "tree", "doubling", "halving"
+inline constexpr int kAlgorithmCount = 7;
+// "ring", "direct", "twoshot", "tree", "doubling", "halving", "hierarchical"
 const char* algorithmName(Algorithm a);
 
 // The five collectives that have algorithms, as indices 0..4.
@@ -79,6 +80,9 @@ struct TuningContext {
   AlgoFilter filter;
   // The pipeline slice plans use (Communicator::sliceBytes).
   size_t sliceBytes = size_t(512) << 10;
+  // Hosts the ranks are on, and the ranks on each (0: not the same on all).
+  int hosts = 1;
+  int ranksPerHost = 0;
 };
 
 // Whether `a` can run this case (an empty string), or why not.

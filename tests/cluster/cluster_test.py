@@ -175,8 +175,10 @@ def wait_all(procs, seconds):
 
 def test_suite(args, cluster, logdir, checks):
     n, per = args.hosts * args.ranks_per_host, args.ranks_per_host
-    procs = start_ranks(cluster, args, "suite", [],
-                        {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,GRAPH", "LOOM_TIMEOUT_S": "60"}, logdir)
+    env = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,GRAPH,TUNING", "LOOM_TIMEOUT_S": "60"}
+    if args.algo:
+        env["NCCL_ALGO"] = "allreduce:" + args.algo
+    procs = start_ranks(cluster, args, "suite", [], env, logdir)
     if not checks.expect(wait_all(procs, 120), "the suite did not end within 120 s"):
         return
     kinds = {"shm": 0, "tcp": 0}
@@ -200,8 +202,14 @@ def test_suite(args, cluster, logdir, checks):
         crossings = sum(order[i] // per != order[(i + 1) % n] // per for i in range(n))
         checks.expect(crossings == args.hosts, "ring %s crosses host boundaries %d times, expected %d"
                       % (order, crossings, args.hosts))
-    print("suite: %d hosts x %d ranks: every rank's checked collectives passed; connections %s; rings %s"
-          % (args.hosts, per, kinds, [r.split() for r in rings]), flush=True)
+    # With NCCL_ALGO, every AllReduce of the suite takes the algorithm it names.
+    chosen = re.findall(r"AllReduce of (\d+) bytes on \d+ ranks \(net\): (\w+)", read(procs[0].log_path))
+    if args.algo:
+        checks.expect(len(chosen) >= 3 and all(a == args.algo for _, a in chosen),
+                      "AllReduce choices %s, NCCL_ALGO names %s" % (chosen, args.algo))
+    print("suite: %d hosts x %d ranks: every rank's checked collectives passed; connections %s; rings %s; "
+          "AllReduce algorithms %s" % (args.hosts, per, kinds, [r.split() for r in rings], sorted(set(chosen))),
+          flush=True)
 
 
 def test_linkdrop(args, cluster, logdir, checks):
@@ -276,6 +284,7 @@ def main():
     ap.add_argument("--hosts", type=int, default=2)
     ap.add_argument("--ranks-per-host", type=int, default=2)
     ap.add_argument("--keep-logs", action="store_true")
+    ap.add_argument("--algo", help="suite: NCCL_ALGO for AllReduce (allreduce:NAME)")
     args = ap.parse_args()
     if os.geteuid() != 0:
         print("SKIP: network namespaces need root")

@@ -64,7 +64,7 @@ void sizes(const Case& c, size_t* sendElems, size_t* recvElems) {
 int64_t input(int r, size_t i) { return int64_t((r * 7 + i * 3) % 5) - 1; }
 
 void runCase(const Case& c, size_t sliceBytes, int channels = 1,
-             std::span<const std::vector<int>> rings = {}) {
+             std::span<const std::vector<int>> rings = {}, std::span<const int> hostOf = {}) {
   SCOPED_TRACE(caseName(c));
   const int n = c.nranks;
   const int root = n > 2 ? 2 : 0;
@@ -99,6 +99,7 @@ void runCase(const Case& c, size_t sliceBytes, int channels = 1,
     PlanParams p{r, n, sliceBytes};
     p.channels = channels;
     p.rings = rings;
+    p.hostOf = hostOf;
     p.channelMinBytes = 512;  // small vectors spread over channels too
     p.algorithm = c.algorithm;
     bool p2p = c.kind == OpKind::kAllToAll || c.kind == OpKind::kGather || c.kind == OpKind::kScatter;
@@ -269,6 +270,34 @@ TEST(PlanSimulator, HalvingDoublingAllReduce) {
       runCase(Case{OpKind::kAllReduce, n, 4099, op, n == 3, Algorithm::kHalving}, 1024, n == 6 ? 2 : 1);
       if (HasFatalFailure()) return;
     }
+}
+
+// Hierarchical AllReduce: H hosts x R ranks (hosts interleaved or in
+// blocks, so a host's ranks are not always consecutive), counts shorter
+// than a host's ranks, slices, one and two channels, every op; a layout
+// with unequal hosts falls back to the ring.
+TEST(PlanSimulator, HierarchicalAllReduce) {
+  for (int H : {2, 3, 4, 5})
+    for (int R : {1, 2, 3, 4}) {
+      const int n = H * R;
+      for (bool interleaved : {false, true}) {
+        std::vector<int> hostOf;
+        for (int r = 0; r < n; ++r) hostOf.push_back(interleaved ? r % H : r / R);
+        for (size_t count : {size_t(0), size_t(1), size_t(7), size_t(1000), size_t(4099)})
+          for (bool inPlace : {false, true}) {
+            SCOPED_TRACE("hosts " + std::to_string(H) + " x " + std::to_string(R) + (interleaved ? " interleaved" : ""));
+            runCase(Case{OpKind::kAllReduce, n, count, RedOp::kSum, inPlace, Algorithm::kHierarchical}, 256,
+                    n % 2 == 0 ? 2 : 1, {}, hostOf);
+            if (HasFatalFailure()) return;
+          }
+        for (RedOp op : {RedOp::kProd, RedOp::kMax, RedOp::kMin, RedOp::kPreMulSum}) {
+          runCase(Case{OpKind::kAllReduce, n, 4099, op, R == 3, Algorithm::kHierarchical}, 1024, 1, {}, hostOf);
+          if (HasFatalFailure()) return;
+        }
+      }
+    }
+  const std::vector<int> uneven = {0, 0, 0, 1, 1};
+  runCase(Case{OpKind::kAllReduce, 5, 1000, RedOp::kSum, false, Algorithm::kHierarchical}, 256, 1, {}, uneven);
 }
 
 // Pre-multiplied sends with no fan-in after them (tree leaves, Reduce's

@@ -131,6 +131,29 @@ TEST(AlgoFilter, HalvingIsAnAllReduce) {
   EXPECT_EQ(choose(OpKind::kAllReduce, 16 << 20, local).algorithm, Algorithm::kRing);
 }
 
+// Hierarchical: AllReduce across hosts that hold the same number (>= 2) of
+// ranks each; the model takes it for mid-size vectors (as measured on 2 x 2
+// and 3 x 2 network-namespace hosts) and the ring for large ones on 3 x 2.
+TEST(AlgoFilter, HierarchicalNeedsEvenHosts) {
+  TuningContext c;
+  c.nranks = 6;
+  c.links = LinkClass::kNetwork;
+  c.sliceBytes = 128 << 10;
+  EXPECT_NE(cannotRun(Algorithm::kHierarchical, OpKind::kAllReduce, 8, c).find("several hosts"), std::string::npos);
+  c.hosts = 3;
+  EXPECT_NE(cannotRun(Algorithm::kHierarchical, OpKind::kAllReduce, 8, c).find("same number"), std::string::npos);
+  c.ranksPerHost = 2;
+  EXPECT_EQ(cannotRun(Algorithm::kHierarchical, OpKind::kAllReduce, 8, c), "");
+  EXPECT_NE(cannotRun(Algorithm::kHierarchical, OpKind::kBroadcast, 8, c), "");
+  EXPECT_EQ(choose(OpKind::kAllReduce, 256 << 10, c).algorithm, Algorithm::kHierarchical);
+  EXPECT_EQ(choose(OpKind::kAllReduce, 16 << 20, c).algorithm, Algorithm::kRing);
+  c.deterministic = true;
+  EXPECT_NE(cannotRun(Algorithm::kHierarchical, OpKind::kAllReduce, 8, c).find("LOOM_DETERMINISTIC"), std::string::npos);
+  std::vector<std::string> warnings;
+  EXPECT_TRUE(AlgoFilter::parse("allreduce:hierarchical", &warnings).allows(OpKind::kAllReduce, Algorithm::kHierarchical));
+  EXPECT_TRUE(warnings.empty());
+}
+
 TEST(Proto, LowLatencyNamesTheLatencyPath) {
   std::vector<std::string> w;
   EXPECT_TRUE(parseProto("", &w).latencyPath);
