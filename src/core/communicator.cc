@@ -420,6 +420,7 @@ void Communicator::scheduleFromTable() {
   bool shmOff = false;
   for (int r = 0; r < nranks_; ++r) shmOff = shmOff || !(bootstrap_->peer(r).transports & transport::kTransportShm);
   tuning_.links = layout.hosts.size() > 1 || shmOff ? LinkClass::kNetwork : LinkClass::kSharedMemory;
+  tuning_.shmInsideHosts = !shmOff;
   tuning_.device = mode_ == Mode::kCuda;
   tuning_.filter = options_.algorithms;
   tuning_.deterministic = options_.deterministic;

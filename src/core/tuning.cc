@@ -246,21 +246,23 @@ double estimateUs(Algorithm a, OpKind kind, size_t bytes, const TuningContext& c
         break;
       }
       if (a == Algorithm::kHierarchical) {
-        // A ring of R inside each host at shared-memory cost, then halving
-        // among the H hosts over the network on each rank's 1/R of the
-        // vector, its slices one after another.
+        // Per slice of each rank's 1/R part, one after another: a ring of R
+        // inside each host (shared memory, unless a rank turned it off),
+        // then halving among the H hosts over the network. The R ranks of
+        // a host share its network link, which so carries the halving's
+        // bytes for the whole vector.
         const double R = std::max(1, ctx.ranksPerHost), H = std::max(1, ctx.hosts);
-        const LinkCost& local = kCosts[int(LinkClass::kSharedMemory)];
-        const double inside = 2 * (R - 1) * local.hopUs + 2 * (R - 1) * local.messageUs +
-                              2 * (R - 1) / R * s * local.usPerByte + 2 * (R - 1) / R * s * local.usPerFoldedByte;
+        const LinkCost& local = kCosts[int(ctx.shmInsideHosts ? LinkClass::kSharedMemory : LinkClass::kNetwork)];
         const double part = s / R;
+        const double slices = std::max(1.0, std::ceil(part / sliceBytes));
+        const double inside = 2 * (R - 1) * slices * (local.hopUs + local.messageUs) +
+                              2 * (R - 1) / R * s * (local.usPerByte + local.usPerFoldedByte);
         const double pow2 = std::exp2(std::floor(std::log2(H)));
         const double extra = H > pow2 ? 1 : 0;
-        const double slices = std::max(1.0, std::ceil(part / sliceBytes));
         hops = (2 * std::log2(pow2) + 2 * extra) * slices;
         messages = hops;
-        sent = 2 * (pow2 - 1) / pow2 * part + extra * part;
-        folded = 2 * (pow2 - 1) / pow2 * part + extra * 2 * part;
+        sent = 2 * (pow2 - 1) / pow2 * s + extra * s;
+        folded = (2 * (pow2 - 1) / pow2 * part + extra * 2 * part);
         return inside + hops * c.hopUs + messages * c.messageUs + sent * c.usPerByte + folded * c.usPerFoldedByte;
       }
       if (a == Algorithm::kHalving) {

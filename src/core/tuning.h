@@ -83,6 +83,7 @@ struct TuningContext {
   // Hosts the ranks are on, and the ranks on each (0: not the same on all).
   int hosts = 1;
   int ranksPerHost = 0;
+  bool shmInsideHosts = true;  // false: some rank turned shared memory off
 };
 
 // Whether `a` can run this case (an empty string), or why not.

@@ -10,8 +10,9 @@
 #include <nccl.h>
 #include <stdlib.h>
 
+#include "mp_util.h"
+
 #include <cstring>
-#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -34,30 +35,6 @@ struct Case {
 
 size_t typeBytes(ncclDataType_t t) { return t == ncclFloat32 ? 4 : 2; }
 
-// Random inputs of mixed magnitudes, as raw bytes of the type: floats
-// rounded to half or bfloat16 by keeping their top bits (any bit pattern
-// that is a finite number will do).
-std::vector<uint8_t> inputOf(ncclDataType_t type, size_t elems, int rank) {
-  std::mt19937 rng(1234 + rank * 7919 + int(type) * 31);
-  std::uniform_real_distribution<float> v(-1.0f, 1.0f);
-  std::vector<uint8_t> out(elems * typeBytes(type));
-  for (size_t i = 0; i < elems; ++i) {
-    float x = v(rng) * (rng() % 3 == 0 ? 1000.0f : rng() % 2 ? 1.0f : 0.001f);
-    if (type == ncclFloat32) {
-      std::memcpy(&out[i * 4], &x, 4);
-    } else if (type == ncclBfloat16) {
-      uint32_t u;
-      std::memcpy(&u, &x, 4);
-      uint16_t h = uint16_t(u >> 16);
-      std::memcpy(&out[i * 2], &h, 2);
-    } else {  // half: build from sign, a small exponent range and mantissa bits
-      uint16_t h = uint16_t((rng() & 0x8000u) | ((8 + rng() % 14) << 10) | (rng() & 0x3ffu));
-      std::memcpy(&out[i * 2], &h, 2);
-    }
-  }
-  return out;
-}
-
 Results runAll(const Config& config, int n, const std::vector<Case>& cases) {
   for (const auto& [k, v] : config.env) setenv(k, v, 1);
   ncclResetDebugInit();
@@ -72,7 +49,7 @@ Results runAll(const Config& config, int n, const std::vector<Case>& cases) {
         const size_t es = typeBytes(k.type);
         const bool rs = !std::strcmp(k.coll, "reducescatter");
         const size_t inElems = rs ? k.count * size_t(n) : k.count;
-        std::vector<uint8_t> in = inputOf(k.type, inElems, r), out(k.count * es, 0xEE);
+        std::vector<uint8_t> in = loom::test::orderSensitiveInput(k.type, inElems, r), out(k.count * es, 0xEE);
         ncclResult_t rc;
         if (rs) rc = ncclReduceScatter(in.data(), out.data(), k.count, k.type, ncclSum, comms[size_t(r)], nullptr);
         else if (!std::strcmp(k.coll, "reduce"))

@@ -19,6 +19,10 @@
 //   late    rank `late` sleeps `sleep` seconds, then joins an AllReduce
 //           that the others started at once; everyone checks the sum
 //   init    init only (then one checked AllReduce when it succeeded)
+//   digest  AllReduce, ReduceScatter and Reduce (root n-1) of
+//           order-sensitive float, half and bfloat16 inputs; prints a
+//           "DIGEST <case> <hash>" line per result this rank holds (the
+//           cluster tests compare them across rank-to-host layouts)
 //   rogue   connect to addr=host:port, send mode=garbage|silent, report
 //           whether the peer closed the connection without answering
 //
@@ -282,11 +286,47 @@ int runRogue(const Args& a) {
   return 0;
 }
 
+// FNV-1a of a result's bytes.
+uint64_t fnv1a(const std::vector<uint8_t>& bytes) {
+  uint64_t h = 1469598103934665603ull;
+  for (uint8_t b : bytes) h = (h ^ b) * 1099511628211ull;
+  return h;
+}
+
+int runDigest(ncclComm_t comm, int rank, int n) {
+  int failures = 0;
+  for (ncclDataType_t t : {ncclFloat32, ncclFloat16, ncclBfloat16}) {
+    const size_t es = t == ncclFloat32 ? 4 : 2;
+    for (size_t count : {size_t(3), size_t(1000), size_t(70001), size_t(600000)}) {
+      for (const char* coll : {"allreduce", "reducescatter", "reduce"}) {
+        const bool rs = !std::strcmp(coll, "reducescatter");
+        const size_t outElems = rs ? count / size_t(n) + 1 : count;
+        const size_t inElems = rs ? outElems * size_t(n) : count;
+        std::vector<uint8_t> in = loom::test::orderSensitiveInput(t, inElems, rank), out(outElems * es, 0xEE);
+        ncclResult_t rc;
+        if (rs) rc = ncclReduceScatter(in.data(), out.data(), outElems, t, ncclSum, comm, nullptr);
+        else if (!std::strcmp(coll, "reduce")) rc = ncclReduce(in.data(), out.data(), count, t, ncclSum, n - 1, comm, nullptr);
+        else rc = ncclAllReduce(in.data(), out.data(), count, t, ncclSum, comm, nullptr);
+        if (rc != ncclSuccess) {
+          std::printf("FAIL %s: %s\n", coll, ncclGetLastError(comm));
+          ++failures;
+          continue;
+        }
+        if (!std::strcmp(coll, "reduce") && rank != n - 1) continue;  // only the root has a result
+        std::printf("DIGEST %s/%d/%zu %016llx\n", coll, int(t), count, (unsigned long long)fnv1a(out));
+      }
+    }
+  }
+  std::fflush(stdout);
+  result(failures ? 1 : 0, 0, 0, failures ? "some collectives failed (see FAIL lines)" : "");
+  return failures ? 1 : 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s suite|loop|skip|init|rogue key=value...\n", argv[0]);
+    std::fprintf(stderr, "usage: %s suite|loop|skip|late|init|digest|rogue key=value...\n", argv[0]);
     return 2;
   }
   Args a;
@@ -315,6 +355,11 @@ int main(int argc, char** argv) {
     return status;
   }
   if (scenario == "loop") return runLoop(a, comm, rank, n);
+  if (scenario == "digest") {
+    int status = runDigest(comm, rank, n);
+    if (ncclCommDestroy(comm) != ncclSuccess) status = 1;
+    return status;
+  }
   if (scenario == "skip") return runSkip(a, comm, rank);
   if (scenario == "late") return runLate(a, comm, rank, n);
   if (scenario == "init") {

@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <thread>
 
@@ -208,6 +209,28 @@ std::string resultField(const std::string& output, const std::string& key) {
     return line.substr(at, end == std::string::npos ? std::string::npos : end - at);
   }
   return "";
+}
+
+std::vector<uint8_t> orderSensitiveInput(ncclDataType_t type, size_t elems, int rank) {
+  std::mt19937 rng(1234 + rank * 7919 + int(type) * 31);
+  std::uniform_real_distribution<float> v(-1.0f, 1.0f);
+  const size_t es = type == ncclFloat32 ? 4 : 2;
+  std::vector<uint8_t> out(elems * es);
+  for (size_t i = 0; i < elems; ++i) {
+    float x = v(rng) * (rng() % 3 == 0 ? 1000.0f : rng() % 2 ? 1.0f : 0.001f);
+    if (type == ncclFloat32) {
+      std::memcpy(&out[i * 4], &x, 4);
+    } else if (type == ncclBfloat16) {  // a float's top half
+      uint32_t u;
+      std::memcpy(&u, &x, 4);
+      uint16_t h = uint16_t(u >> 16);
+      std::memcpy(&out[i * 2], &h, 2);
+    } else {  // half: sign, a small exponent range and mantissa bits
+      uint16_t h = uint16_t((rng() & 0x8000u) | ((8 + rng() % 14) << 10) | (rng() & 0x3ffu));
+      std::memcpy(&out[i * 2], &h, 2);
+    }
+  }
+  return out;
 }
 
 }  // namespace loom::test

@@ -33,6 +33,11 @@ void onRanks(int n, const std::function<void(int)>& fn);
 
 double secondsSince(std::chrono::steady_clock::time_point start);
 
+// Random inputs of mixed magnitudes (sums whose bits depend on the order of
+// the fold) for ncclFloat32, ncclFloat16 or ncclBfloat16, as raw bytes: the
+// same for a (type, elems, rank) in every process.
+std::vector<uint8_t> orderSensitiveInput(ncclDataType_t type, size_t elems, int rank);
+
 // Sets NAME=VALUE environment entries and makes loom read its settings
 // again (ncclResetDebugInit); the destructor restores both. Nothing is done
 // for an empty list.

@@ -39,7 +39,8 @@ std::string caseName(const Case& c) {
 int64_t apply(RedOp op, int64_t a, int64_t b) {
   switch (op) {
     case RedOp::kSum: return a + b;
-    case RedOp::kPreMulSum: return a + b;  // runCase's scalar is 1
+    case RedOp::kPreMulSum: return a + b;  // runCase multiplies the sum by its scalar
+    case RedOp::kSumPostDiv: return a + b;  // runCase divides the sum
     case RedOp::kProd: return a * b;
     case RedOp::kMax: return std::max(a, b);
     case RedOp::kMin: return std::min(a, b);
@@ -85,7 +86,11 @@ void runCase(const Case& c, size_t sliceBytes, int channels = 1,
   op.type = DataType::kInt64;
   op.root = root;
   op.reduction = kernels::Reduction{DataType::kInt64, c.op, 0, 1};
-  if (c.op == RedOp::kPreMulSum) op.reduction.scalar = 1;  // int64 1: pre-multiplied sends through staging
+  // Pre-multiplied sends go through staging; a scalar other than 1 shows an
+  // input multiplied twice or not at all, a divisor a post op applied twice.
+  constexpr int64_t kScalar = 3;
+  if (c.op == RedOp::kPreMulSum) std::memcpy(&op.reduction.scalar, &kScalar, sizeof kScalar);
+  if (c.op == RedOp::kSumPostDiv) op.reduction.divisor = uint64_t(n);
   for (int r = 0; r < n; ++r) {
     auto* s = reinterpret_cast<std::byte*>(send[size_t(r)].data());
     auto* d = reinterpret_cast<std::byte*>(recv[size_t(r)].data());
@@ -118,6 +123,8 @@ void runCase(const Case& c, size_t sliceBytes, int channels = 1,
     for (size_t i = 0; i < sendElems; ++i) {
       int64_t acc = original[0][i];
       for (int q = 1; q < n; ++q) acc = apply(c.op, acc, original[size_t(q)][i]);
+      if (c.op == RedOp::kPreMulSum) acc *= kScalar;
+      if (c.op == RedOp::kSumPostDiv) acc /= n;
       reducedAt[i] = acc;
     }
   }
@@ -229,7 +236,7 @@ TEST(PlanSimulator, TreeAlgorithms) {
           if (HasFatalFailure()) return;
         }
   for (OpKind kind : {OpKind::kAllReduce, OpKind::kReduce})
-    for (RedOp op : {RedOp::kProd, RedOp::kMax, RedOp::kMin, RedOp::kPreMulSum})
+    for (RedOp op : {RedOp::kProd, RedOp::kMax, RedOp::kMin, RedOp::kPreMulSum, RedOp::kSumPostDiv})
       for (int n : {2, 3, 6, 13}) {
         runCase(Case{kind, n, 4099, op, n == 3, Algorithm::kTree}, 1024, n == 6 ? 2 : 1);
         if (HasFatalFailure()) return;
@@ -247,7 +254,7 @@ TEST(PlanSimulator, RecursiveDoublingAllReduce) {
                 n % 2 == 0 ? 2 : 1);
         if (HasFatalFailure()) return;
       }
-  for (RedOp op : {RedOp::kProd, RedOp::kMax, RedOp::kMin, RedOp::kPreMulSum})
+  for (RedOp op : {RedOp::kProd, RedOp::kMax, RedOp::kMin, RedOp::kPreMulSum, RedOp::kSumPostDiv})
     for (int n : {2, 3, 4, 6, 13}) {
       runCase(Case{OpKind::kAllReduce, n, 4099, op, n == 3, Algorithm::kDoubling}, 1024, n == 6 ? 2 : 1);
       if (HasFatalFailure()) return;
@@ -265,7 +272,7 @@ TEST(PlanSimulator, HalvingDoublingAllReduce) {
                 n % 2 == 0 ? 2 : 1);
         if (HasFatalFailure()) return;
       }
-  for (RedOp op : {RedOp::kProd, RedOp::kMax, RedOp::kMin, RedOp::kPreMulSum})
+  for (RedOp op : {RedOp::kProd, RedOp::kMax, RedOp::kMin, RedOp::kPreMulSum, RedOp::kSumPostDiv})
     for (int n : {2, 3, 4, 6, 8, 13}) {
       runCase(Case{OpKind::kAllReduce, n, 4099, op, n == 3, Algorithm::kHalving}, 1024, n == 6 ? 2 : 1);
       if (HasFatalFailure()) return;
@@ -290,7 +297,7 @@ TEST(PlanSimulator, HierarchicalAllReduce) {
                     n % 2 == 0 ? 2 : 1, {}, hostOf);
             if (HasFatalFailure()) return;
           }
-        for (RedOp op : {RedOp::kProd, RedOp::kMax, RedOp::kMin, RedOp::kPreMulSum}) {
+        for (RedOp op : {RedOp::kProd, RedOp::kMax, RedOp::kMin, RedOp::kPreMulSum, RedOp::kSumPostDiv}) {
           runCase(Case{OpKind::kAllReduce, n, 4099, op, R == 3, Algorithm::kHierarchical}, 1024, 1, {}, hostOf);
           if (HasFatalFailure()) return;
         }

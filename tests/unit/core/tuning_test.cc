@@ -145,8 +145,11 @@ TEST(AlgoFilter, HierarchicalNeedsEvenHosts) {
   c.ranksPerHost = 2;
   EXPECT_EQ(cannotRun(Algorithm::kHierarchical, OpKind::kAllReduce, 8, c), "");
   EXPECT_NE(cannotRun(Algorithm::kHierarchical, OpKind::kBroadcast, 8, c), "");
-  EXPECT_EQ(choose(OpKind::kAllReduce, 256 << 10, c).algorithm, Algorithm::kHierarchical);
+  EXPECT_EQ(choose(OpKind::kAllReduce, 64 << 10, c).algorithm, Algorithm::kHierarchical);
   EXPECT_EQ(choose(OpKind::kAllReduce, 16 << 20, c).algorithm, Algorithm::kRing);
+  c.hosts = 2;
+  c.ranksPerHost = 3;
+  EXPECT_EQ(choose(OpKind::kAllReduce, 16 << 20, c).algorithm, Algorithm::kHierarchical);
   c.deterministic = true;
   EXPECT_NE(cannotRun(Algorithm::kHierarchical, OpKind::kAllReduce, 8, c).find("LOOM_DETERMINISTIC"), std::string::npos);
   std::vector<std::string> warnings;
