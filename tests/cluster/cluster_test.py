@@ -21,6 +21,14 @@ Tests (one per run; standard library only; needs root and iproute2):
             LOOM_TIMEOUT_S=20 every rank must fail with ncclRemoteError
             within 30 s; host 1's ranks must name a rank of another host,
             the other ranks a rank of host 1.
+  deterministic
+            LOOM_DETERMINISTIC=1: the same 4 ranks (rank r with the same
+            order-sensitive float, half and bfloat16 inputs) as 1 host x 4,
+            2 x 2 and 4 x 1 run AllReduce, ReduceScatter and Reduce
+            (loom_mp_rank digest); every layout must give each rank the same
+            bits (AllReduce: every rank alike). Without the mode, 1 x 4 and
+            2 x 2 must differ somewhere (so the check can fail).
+            --hosts/--ranks-per-host are not used.
   init      (a measurement, not in CI) all ranks start at once and init
             one communicator; prints the init time of every rank (median,
             max) and the bootstrap traffic of the busiest rank, e.g. 64
@@ -277,10 +285,47 @@ def test_init(args, cluster, logdir, checks):
               flush=True)
 
 
+def test_deterministic(args, logdir, checks):
+    digests = {}  # layout -> {rank: {case: hash}}
+    for hosts, per, mode in ((1, 4, "1"), (2, 2, "1"), (4, 1, "1"), (1, 4, "0"), (2, 2, "0")):
+        layout = "%dx%d%s" % (hosts, per, "" if mode == "1" else " without the mode")
+        run = argparse.Namespace(**vars(args))
+        run.hosts, run.ranks_per_host = hosts, per
+        os.makedirs(os.path.join(logdir, layout.replace(" ", "_")), exist_ok=True)
+        with Cluster(hosts) as cluster:
+            procs = start_ranks(cluster, run, "digest", [], {"LOOM_DETERMINISTIC": mode, "LOOM_TIMEOUT_S": "60"},
+                                os.path.join(logdir, layout.replace(" ", "_")))
+            if not checks.expect(wait_all(procs, 180), "%s: the ranks did not end within 180 s" % layout):
+                return
+        digests[layout] = {}
+        for r, p in enumerate(procs):
+            out = read(p.log_path)
+            checks.expect(p.returncode == 0 and "RESULT code=0" in out,
+                          "%s rank %d: exit %s\n%s" % (layout, r, p.returncode, "\n".join(out.splitlines()[-10:])))
+            digests[layout][r] = dict(re.findall(r"^DIGEST (\S+) ([0-9a-f]+)$", out, re.M))
+    free = [digests.pop(k) for k in list(digests) if "without" in k]
+    checks.expect(free[0] != free[1], "without LOOM_DETERMINISTIC, 1x4 and 2x2 gave the same bits: the check "
+                  "cannot tell (inputs not order-sensitive?)")
+    layouts = list(digests)
+    ref = digests[layouts[0]]
+    cases = 0
+    for layout in layouts[1:]:
+        for r in range(4):
+            checks.expect(digests[layout][r] == ref[r] and ref[r],
+                          "%s rank %d differs from %s: %s" % (layout, r, layouts[0],
+                                                             sorted(set(digests[layout][r].items()) ^ set(ref[r].items()))[:4]))
+            cases += len(digests[layout][r])
+    for r in range(1, 4):
+        mine = {k: v for k, v in ref[r].items() if k.startswith("allreduce/")}
+        checks.expect(mine and mine == {k: v for k, v in ref[0].items() if k.startswith("allreduce/")},
+                      "AllReduce bits differ between rank 0 and rank %d" % r)
+    print("deterministic: layouts %s gave the same bits for %d results" % (", ".join(layouts), cases), flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rank-bin", required=True, help="path of loom_mp_rank")
-    ap.add_argument("--test", choices=["suite", "linkdrop", "init"], required=True)
+    ap.add_argument("--test", choices=["suite", "linkdrop", "init", "deterministic"], required=True)
     ap.add_argument("--hosts", type=int, default=2)
     ap.add_argument("--ranks-per-host", type=int, default=2)
     ap.add_argument("--keep-logs", action="store_true")
@@ -300,8 +345,11 @@ def main():
     os.makedirs(logdir, exist_ok=True)
     checks = Checks()
     signal.signal(signal.SIGTERM, lambda *a: sys.exit(1))  # unwinds through Cluster.__exit__
-    with Cluster(args.hosts) as cluster:
-        {"suite": test_suite, "linkdrop": test_linkdrop, "init": test_init}[args.test](args, cluster, logdir, checks)
+    if args.test == "deterministic":
+        test_deterministic(args, logdir, checks)
+    else:
+        with Cluster(args.hosts) as cluster:
+            {"suite": test_suite, "linkdrop": test_linkdrop, "init": test_init}[args.test](args, cluster, logdir, checks)
     if checks.failures or args.keep_logs:
         print("logs in %s" % logdir)
     else:
