@@ -18,7 +18,7 @@ set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${BUILD_DIR:-$root/build-gpu}"
 logs="$build/gpu-check"
-checks="${CHECKS:-build tests exports perf procs network device torch topo}"
+checks="${CHECKS:-build tests exports perf procs algos network device torch topo}"
 mkdir -p "$logs"
 failed=0
 
@@ -98,6 +98,15 @@ if want procs; then
       "$bin/all_reduce_perf" -b 8 -e 32M -f 8 -c 1 -d "$t" -n 5 -w 1
     grep -q "via cudaipc" "$logs/procs4-all_reduce-$t.log" ||
       { echo "FAIL procs4-all_reduce-$t (no connection used cudaipc; log: $logs/procs4-all_reduce-$t.log)"; failed=1; }
+  done
+fi
+
+if want algos; then
+  # Every AllReduce algorithm forced on device buffers (fan-in folds as
+  # kernels), 4 ranks as processes over CUDA IPC, avg (pre-multiplied by 1/n).
+  for a in direct twoshot tree doubling halving; do
+    perf "algo4-all_reduce-$a" 120 env NCCL_ALGO="allreduce:$a" "$bin/loomrun" -n 4 --timeout 110 -- \
+      "$bin/all_reduce_perf" -b 8 -e 4M -f 8 -c 1 -o avg -n 5 -w 1
   done
 fi
 

@@ -87,7 +87,8 @@ size_t PlanRunner::streamSlotBytes(const std::vector<Step>& steps, const kernels
   return (biggest + 255) / 256 * 256;
 }
 
-int PlanRunner::streamSlots(const std::vector<Step>& steps, const kernels::Reduction& reduction, bool reducing) {
+int PlanRunner::streamSlots(const std::vector<Step>& steps, const kernels::Reduction& reduction, bool reducing,
+                            bool device) {
   // Transformed sends hold a slot each until they are done, which may take
   // until the peers' fan-ins: a fan-in must find its slots free beside the
   // ones sent since the previous fan-in (two-shot: a slice's sends, then
@@ -99,7 +100,8 @@ int PlanRunner::streamSlots(const std::vector<Step>& steps, const kernels::Reduc
     if (!s.fanIn.empty()) {
       need = std::max(need, transformedSends + int(s.fanIn.size()) + 2);
       transformedSends = 0;
-    } else if (s.recvPeer < 0 && s.sendPeer >= 0 && !s.out.valid() && transforms(s, reduction, reducing)) {
+    } else if (device ? s.sendPeer >= 0
+                      : s.recvPeer < 0 && s.sendPeer >= 0 && !s.out.valid() && transforms(s, reduction, reducing)) {
       ++transformedSends;
     }
   }
@@ -111,7 +113,7 @@ size_t PlanRunner::stagingBytes(const Plan& plan, const kernels::Reduction& redu
   size_t total = 0;
   for (const auto& stream : plan.streams)
     total += streamSlotBytes(stream.steps, reduction, reducing, device) *
-             size_t(std::min(kMaxSlots, streamSlots(stream.steps, reduction, reducing)));
+             size_t(std::min(kMaxSlots, streamSlots(stream.steps, reduction, reducing, device)));
   return total;
 }
 
@@ -121,10 +123,7 @@ Result<std::unique_ptr<PlanRunner>> PlanRunner::create(const Plan* plan, std::ve
                                                        RegistrationCache* registrations, const DeviceContext* device) {
   std::unique_ptr<PlanRunner> r(new PlanRunner(plan, std::move(buffers), reduction, reducing, conns, device));
   for (const Stream& st : plan->streams) {
-    for (const Step& s : st.steps) {
-      if (!s.fanIn.empty() && device) return internalError("a fan-in step on device buffers (host only)");
-    }
-    if (const int slots = streamSlots(st.steps, reduction, reducing); slots > kMaxSlots)
+    if (const int slots = streamSlots(st.steps, reduction, reducing, device != nullptr); slots > kMaxSlots)
       return internalError("a plan stream needs " + std::to_string(slots) + " staging slots (at most " +
                            std::to_string(kMaxSlots) + ")");
   }
@@ -212,7 +211,7 @@ void PlanRunner::layoutStreams() {
     StreamState& st = streams_[i];
     st.channel = plan_->streams[i].channel;
     st.slotBytes = streamSlotBytes(plan_->streams[i].steps, reduction_, reducing_, device_ != nullptr);
-    st.nslots = std::min(kMaxSlots, streamSlots(plan_->streams[i].steps, reduction_, reducing_));
+    st.nslots = std::min(kMaxSlots, streamSlots(plan_->streams[i].steps, reduction_, reducing_, device_ != nullptr));
     st.freeSlots = st.nslots == 64 ? ~uint64_t(0) : (uint64_t(1) << st.nslots) - 1;
   }
 }
@@ -313,7 +312,7 @@ Status PlanRunner::advanceStream(size_t index, StreamState& st, bool* progressed
       *progressed = true;
     }
     if (st.phase == Phase::kCompute) {
-      Status err = !step.fanIn.empty() ? computeFanIn(step, st)
+      Status err = !step.fanIn.empty() ? (device_ ? computeFanInOnDevice(step, st) : computeFanIn(step, st))
                    : device_             ? computeOnDevice(step, st)
                                          : compute(step, st);
       if (err.code() == Code::kInProgress) break;  // blocked on a slot or a hazard
@@ -398,7 +397,7 @@ bool PlanRunner::startFanIn(const Step& step, StreamState& st, Status* error) {
     Transfer& t = st.fanRecvs[k];
     t.data = slot(st, st.fanSlots[k]);
     t.bytes = step.bytes;
-    t.memory = transport::MemoryType::kHost;
+    t.memory = memoryOf(st, slot(st, st.fanSlots[k]));
     Connection* c = conn(st, step.fanIn[k]);
     *error = attachRegion(*c, t);
     if (error->isOk()) *error = c->postRecv(&t);
@@ -451,6 +450,60 @@ Status PlanRunner::computeFanIn(const Step& step, StreamState& st) {
   st.hold = hold;
   st.freeAfter = -1;
   st.phase = Phase::kFinish;
+  return Status::ok();
+}
+
+// computeFanIn's fold as kernels on the context's stream (the sources are
+// device memory or pinned slots the kernels reach), then an event; the slots
+// the kernels read are freed at kFinish. A result a connection cannot send
+// from device memory is copied to a slot.
+Status PlanRunner::computeFanInOnDevice(const Step& step, StreamState& st) {
+  const Status kBlocked(Code::kInProgress, "");
+  device::Api* api = device_->api;
+  const device::Stream stream = device_->stream;
+  const size_t count = step.bytes / std::max<size_t>(1, kernels::dataTypeSize(reduction_.type));
+  Connection* sendConn = step.sendPeer >= 0 ? conn(st, step.sendPeer) : nullptr;
+  const bool stageSend = sendConn && !sendConn->moves(transport::MemoryType::kDevice);
+  std::byte* dst = step.out.valid() ? ptr(step.out) : nullptr;
+  if (dst && writeBlocked(dst, step.bytes)) return kBlocked;
+  const bool pre =
+      step.localAt >= 0 && !step.localPartial && reducing_ && reduction_.op == kernels::RedOp::kPreMulSum;
+  const int needed = (dst ? (stageSend ? 1 : 0) : 1) + (pre ? 1 : 0);
+  if (__builtin_popcountll(st.freeSlots) < needed) return kBlocked;
+  int hold = -1;
+  if (!dst) {
+    hold = takeSlot(st);
+    dst = slot(st, hold);
+  }
+  st.freeLater = st.fanSlots;
+  st.fanSlots.clear();
+  const std::byte* local = step.localAt >= 0 ? ptr(step.local) : nullptr;
+  if (pre) {
+    const int preSlot = takeSlot(st);
+    st.freeLater.push_back(preSlot);
+    LOOM_TRY(api->reduceAsync(reduction_, slot(st, preSlot), nullptr, 0, local, count, false, stream));
+    local = slot(st, preSlot);
+  }
+  const void* sources[kMaxSlots];
+  int nsources = 0;
+  for (size_t k = 0; k <= step.fanIn.size(); ++k) {  // freeLater: the fan-in's slots first
+    if (int(k) == step.localAt) sources[nsources++] = local;
+    if (k < step.fanIn.size()) sources[nsources++] = slot(st, st.freeLater[k]);
+  }
+  kernels::Reduction plain = reduction_;
+  if (plain.op == kernels::RedOp::kPreMulSum) plain.op = kernels::RedOp::kSum;
+  LOOM_TRY(api->reduceAsync(plain, dst, sources, nsources, nullptr, count, step.post, stream));
+  const std::byte* result = dst;
+  if (stageSend && !inSlots(st, result)) {
+    hold = takeSlot(st);
+    LOOM_TRY(api->copyAsync(slot(st, hold), result, step.bytes, stream));
+    result = slot(st, hold);
+  }
+  st.result = result;
+  st.hold = hold;
+  st.freeAfter = -1;
+  LOOM_TRY(api->recordEvent(st.event, stream));
+  st.phase = Phase::kDeviceWait;
   return Status::ok();
 }
 
@@ -615,6 +668,8 @@ Status PlanRunner::finish(const Step& step, StreamState& st) {
   }
   if (st.freeAfter >= 0) freeSlot(st, st.freeAfter);
   st.freeAfter = -1;
+  for (int s : st.freeLater) freeSlot(st, s);
+  st.freeLater.clear();
   const int hold = st.hold;
   st.hold = -1;
   if (step.sendPeer < 0) {

@@ -134,8 +134,10 @@ class PlanRunner {
                                 bool reducing, bool device);
   // Slots a stream needs (create() refuses more than kMaxSlots): kSlots, or
   // for a fan-in one per source, one for a transformed local, one for the
-  // result, beside the transformed sends since the previous fan-in.
-  static int streamSlots(const std::vector<Step>& steps, const kernels::Reduction& reduction, bool reducing);
+  // result, beside the transformed sends since the previous fan-in (on a
+  // device every send, which may be staged).
+  static int streamSlots(const std::vector<Step>& steps, const kernels::Reduction& reduction, bool reducing,
+                         bool device);
   // kCompute produces the step's result (host: at once; device: queues
   // kernels, then kDeviceWait until their event fired); kFinish posts it.
   enum class Phase { kStart, kReceiving, kCompute, kDeviceWait, kFinish };
@@ -183,6 +185,7 @@ class PlanRunner {
     const std::byte* result = nullptr;
     int hold = -1;       // slot holding the result
     int freeAfter = -1;  // slot the step's kernels read, freed at kFinish
+    std::vector<int> freeLater;  // a fan-in's slots its kernels read (device), freed at kFinish
     device::Event event = nullptr;
   };
 
@@ -191,6 +194,7 @@ class PlanRunner {
   bool startFanIn(const Step& step, StreamState& st, Status* error);
   Status compute(const Step& step, StreamState& st);
   Status computeFanIn(const Step& step, StreamState& st);
+  Status computeFanInOnDevice(const Step& step, StreamState& st);
   Status computeOnDevice(const Step& step, StreamState& st);
   Status finish(const Step& step, StreamState& st);
   int takeSlot(StreamState& st);

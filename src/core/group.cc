@@ -104,8 +104,7 @@ Result<std::shared_ptr<const CachedPlan>> collectivePlan(Communicator* comm, con
   made->choice = choose(op.kind, bytes, ctx);
   if (ctx.deterministic && isReducing(op.kind) && made->choice.algorithm == Algorithm::kRing) {
     return invalidUsage(std::string("LOOM_DETERMINISTIC=1: no algorithm that folds in rank order can run this ") +
-                        opKindName(op.kind) + (ctx.device ? " on device buffers (host buffers only, for now)"
-                                                          :  " on more than 32 ranks"));
+                        opKindName(op.kind) + " on more than 32 ranks");
   }
   params.algorithm = made->choice.algorithm;
   LOOM_ASSIGN_OR_RETURN(made->plan, planCollective(op, params));

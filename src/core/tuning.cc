@@ -191,26 +191,20 @@ std::string cannotRun(Algorithm a, OpKind kind, size_t bytes, const TuningContex
     if (ctx.hosts < 2) return "hierarchical needs ranks on several hosts";
     if (ctx.ranksPerHost < 2) return "hierarchical needs the same number of ranks, at least 2, on every host";
     if (ctx.deterministic) return "hierarchical folds phase by phase, not in rank order (LOOM_DETERMINISTIC=1)";
-    if (ctx.device) return "hierarchical runs on host buffers only (its fan-in steps)";
     return "";
   }
   if (a == Algorithm::kDoubling || a == Algorithm::kHalving) {
     const std::string name = algorithmName(a);
     if (kind != OpKind::kAllReduce) return name + " is an AllReduce";
     if (ctx.deterministic) return name + " folds round by round, not in rank order (LOOM_DETERMINISTIC=1)";
-    if (ctx.device) return name + " runs on host buffers only (its fan-in steps)";
     return "";
   }
   if (a == Algorithm::kTree) {
     if (kind == OpKind::kAllGather || kind == OpKind::kReduceScatter)
       return "tree runs AllReduce, Broadcast and Reduce";
     if (ctx.deterministic && reducing) return "tree folds along the tree, not in rank order (LOOM_DETERMINISTIC=1)";
-    // Reductions fold with fan-in steps (host only); Broadcast has none,
-    // but has not run on a GPU yet.
-    if (ctx.device) return "tree runs on host buffers only (so far)";
     return "";
   }
-  if (ctx.device) return std::string(algorithmName(a)) + " runs on host buffers only (its fan-in steps)";
   if (ctx.nranks > kDirectMaxRanks)
     return std::string(algorithmName(a)) + " runs up to " + std::to_string(kDirectMaxRanks) + " ranks";
   // Direct ReduceScatter and Reduce go slice by slice; the others send
@@ -377,8 +371,8 @@ Choice choose(OpKind kind, size_t bytes, const TuningContext& ctx) {
     }
     if (best.estimateUs != std::numeric_limits<double>::infinity()) return best;
   }
-  // Nothing can run it (a deterministic reduction on device buffers): the
-  // ring, which the caller refuses when it must be deterministic.
+  // Nothing can run it (a deterministic reduction on more than 32 ranks):
+  // the ring, which the caller refuses when it must be deterministic.
   return Choice{Algorithm::kRing, estimateUs(Algorithm::kRing, kind, bytes, ctx)};
 }
 

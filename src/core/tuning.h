@@ -72,7 +72,7 @@ ProtoChoice parseProto(std::string_view text, std::vector<std::string>* warnings
 struct TuningContext {
   int nranks = 1;
   LinkClass links = LinkClass::kSharedMemory;  // the slowest class the ranks use
-  bool device = false;                         // cuda mode: no fan-in steps yet
+  bool device = false;                         // cuda mode (buffers in device memory)
   // LOOM_DETERMINISTIC: reductions only by algorithms that fold every
   // element in rank order in one fan-in (direct, twoshot), so the bits do
   // not depend on the algorithm, the slicing or the channels.
@@ -101,7 +101,7 @@ struct Choice {
 };
 // The cheapest algorithm that can run and NCCL_ALGO allows; when it allows
 // none that can, the cheapest that can; when none can (a deterministic
-// reduction on device buffers), ring.
+// reduction on more than 32 ranks), ring.
 Choice choose(OpKind kind, size_t bytes, const TuningContext& ctx);
 
 // The vector size `choose` sees for an operation of `count` elements.

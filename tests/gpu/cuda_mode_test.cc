@@ -12,6 +12,7 @@
 #include <nccl.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <future>
 #include <numeric>
@@ -426,6 +427,161 @@ TEST_P(CudaModeTransports, KernelsReduceSliceBySlice) {
 // ncclCommRegister'ed device buffers: CUDA IPC connections copy sends out
 // of them directly (transport/cudaipc); the results are the same, in place
 // too, and deregistering works while the communicator lives.
+// Every algorithm on device buffers (fan-in folds as kernels), forced with
+// NCCL_ALGO, over CUDA IPC and over shared memory (pinned slots): AllReduce
+// with sum, PreMulSum (x3) and Avg, in and out of place, Broadcast and
+// Reduce on the tree; every element checked. Then LOOM_DETERMINISTIC=1 on
+// device buffers: float sums whose bits depend on the order come out the
+// same on every rank as a rank-order fold on the host computes them.
+struct AlgoCase {
+  const char* algo;
+  int ranks;
+  bool p2pDisabled;
+};
+class CudaModeAlgorithms : public CudaMode, public ::testing::WithParamInterface<AlgoCase> {
+ protected:
+  void SetUp() override {
+    CudaMode::SetUp();
+    setenv("NCCL_ALGO", GetParam().algo, 1);
+    if (GetParam().p2pDisabled) setenv("NCCL_P2P_DISABLE", "1", 1);
+    loom::settings::reload();
+  }
+  void TearDown() override {
+    unsetenv("NCCL_ALGO");
+    unsetenv("NCCL_P2P_DISABLE");
+    unsetenv("LOOM_DETERMINISTIC");
+    loom::settings::reload();
+    CudaMode::TearDown();
+  }
+};
+INSTANTIATE_TEST_SUITE_P(
+    Algos, CudaModeAlgorithms,
+    ::testing::Values(AlgoCase{"direct", 3, false}, AlgoCase{"twoshot", 4, true}, AlgoCase{"tree", 5, false},
+                      AlgoCase{"doubling", 3, true}, AlgoCase{"halving", 6, false}, AlgoCase{"halving", 4, true}),
+    [](const ::testing::TestParamInfo<AlgoCase>& i) {
+      return std::string(i.param.algo) + std::to_string(i.param.ranks) + (i.param.p2pDisabled ? "shm" : "cudaipc");
+    });
+
+TEST_P(CudaModeAlgorithms, CollectivesOnDeviceBuffers) {
+  makeRanks(GetParam().ranks);
+  const int N = n();
+  // 4099 floats: over direct's and the fan-ins' staging, odd; small integers keep sums exact.
+  for (size_t count : {size_t(7), size_t(4099), size_t(300001)}) {
+    SCOPED_TRACE("count " + std::to_string(count));
+    auto value = [](int rank, size_t i) { return float(int((rank * 7 + i * 3) % 11) - 5); };
+    std::vector<std::unique_ptr<DeviceBuffer>> send, recv;
+    for (int r = 0; r < N; ++r) {
+      send.push_back(std::make_unique<DeviceBuffer>(count * sizeof(float)));
+      recv.push_back(std::make_unique<DeviceBuffer>(count * sizeof(float)));
+    }
+    auto fill = [&] {
+      for (int r = 0; r < N; ++r)
+        for (size_t i = 0; i < count; ++i) send[size_t(r)]->host<float>()[i] = value(r, i);
+    };
+    auto sum = [&](size_t i) {
+      float s = 0;
+      for (int p = 0; p < N; ++p) s += value(p, i);
+      return s;
+    };
+    std::vector<ncclRedOp_t> premul(static_cast<size_t>(N));
+    const float three = 3.0f;
+    for (int r = 0; r < N; ++r)
+      ASSERT_EQ(ncclRedOpCreatePreMulSum(&premul[size_t(r)], const_cast<float*>(&three), ncclFloat32,
+                                         ncclScalarHostImmediate, comms_[size_t(r)]),
+                ncclSuccess);
+    struct OpCase {
+      const char* name;
+      bool inPlace;
+      std::function<ncclRedOp_t(int)> op;
+      std::function<float(size_t)> want;
+    };
+    const std::vector<OpCase> ops = {
+        {"sum", false, [](int) { return ncclSum; }, sum},
+        {"premulsum x3 in place", true, [&](int r) { return premul[size_t(r)]; }, [&](size_t i) { return 3 * sum(i); }},
+        {"avg", false, [](int) { return ncclAvg; }, [&](size_t i) { return sum(i) / float(N); }},
+    };
+    for (const OpCase& o : ops) {
+      SCOPED_TRACE(o.name);
+      fill();
+      ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+      for (int r = 0; r < N; ++r) {
+        void* out = o.inPlace ? send[size_t(r)]->ptr : recv[size_t(r)]->ptr;
+        ASSERT_EQ(ncclAllReduce(send[size_t(r)]->ptr, out, count, ncclFloat32, o.op(r), comms_[size_t(r)],
+                                asCuda(streams_[size_t(r)])),
+                  ncclSuccess)
+            << ncclGetLastError(comms_[size_t(r)]);
+      }
+      ASSERT_EQ(ncclGroupEnd(), ncclSuccess);
+      for (int r = 0; r < N; ++r) ASSERT_TRUE(drains(streams_[size_t(r)]));
+      for (int r = 0; r < N; ++r) {
+        const float* got = (o.inPlace ? send[size_t(r)] : recv[size_t(r)])->host<float>();
+        // Avg may multiply each input by 1/N before the sum (NCCL's way on
+        // devices): within N ulp of the quotient; the others are exact.
+        for (size_t i = 0; i < count; ++i)
+          ASSERT_NEAR(got[i], o.want(i), std::max(1.0f, std::abs(o.want(i))) * float(N) * 1.2e-7f)
+              << "rank " << r << " element " << i;
+      }
+    }
+    for (int r = 0; r < N; ++r) ASSERT_EQ(ncclRedOpDestroy(premul[size_t(r)], comms_[size_t(r)]), ncclSuccess);
+    // Broadcast and Reduce (the tree's; the others run them on the chain).
+    fill();
+    ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+    for (int r = 0; r < N; ++r)
+      ASSERT_EQ(ncclBroadcast(send[size_t(r)]->ptr, recv[size_t(r)]->ptr, count, ncclFloat32, N - 1,
+                              comms_[size_t(r)], asCuda(streams_[size_t(r)])),
+                ncclSuccess);
+    ASSERT_EQ(ncclGroupEnd(), ncclSuccess);
+    for (int r = 0; r < N; ++r) ASSERT_TRUE(drains(streams_[size_t(r)]));
+    for (int r = 0; r < N; ++r)
+      for (size_t i = 0; i < count; ++i) ASSERT_EQ(recv[size_t(r)]->host<float>()[i], value(N - 1, i)) << r;
+    ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+    for (int r = 0; r < N; ++r)
+      ASSERT_EQ(ncclReduce(send[size_t(r)]->ptr, recv[size_t(r)]->ptr, count, ncclFloat32, ncclSum, 1,
+                           comms_[size_t(r)], asCuda(streams_[size_t(r)])),
+                ncclSuccess);
+    ASSERT_EQ(ncclGroupEnd(), ncclSuccess);
+    for (int r = 0; r < N; ++r) ASSERT_TRUE(drains(streams_[size_t(r)]));
+    for (size_t i = 0; i < count; ++i) ASSERT_EQ(recv[1]->host<float>()[i], sum(i)) << i;
+  }
+}
+
+TEST_F(CudaMode, DeterministicReductionsOnDeviceBuffers) {
+  setenv("LOOM_DETERMINISTIC", "1", 1);
+  loom::settings::reload();
+  makeRanks(4);
+  unsetenv("LOOM_DETERMINISTIC");
+  loom::settings::reload();
+  const int N = n();
+  const size_t count = 70001;
+  // Mixed magnitudes: the sum's bits depend on the order of the fold.
+  auto value = [](int rank, size_t i) {
+    const uint64_t h = (uint64_t(rank) * 0x9e3779b97f4a7c15ull) ^ (i * 0xbf58476d1ce4e5b9ull);
+    const float scale = h % 3 == 0 ? 1000.0f : h % 3 == 1 ? 1.0f : 0.001f;
+    return (float((h >> 11) % 20001) / 10000.0f - 1.0f) * scale;
+  };
+  std::vector<std::unique_ptr<DeviceBuffer>> send, recv;
+  for (int r = 0; r < N; ++r) {
+    send.push_back(std::make_unique<DeviceBuffer>(count * sizeof(float)));
+    recv.push_back(std::make_unique<DeviceBuffer>(count * sizeof(float)));
+    for (size_t i = 0; i < count; ++i) send[size_t(r)]->host<float>()[i] = value(r, i);
+  }
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  for (int r = 0; r < N; ++r)
+    ASSERT_EQ(ncclAllReduce(send[size_t(r)]->ptr, recv[size_t(r)]->ptr, count, ncclFloat32, ncclSum,
+                            comms_[size_t(r)], asCuda(streams_[size_t(r)])),
+              ncclSuccess)
+        << ncclGetLastError(comms_[size_t(r)]);
+  ASSERT_EQ(ncclGroupEnd(), ncclSuccess);
+  for (int r = 0; r < N; ++r) ASSERT_TRUE(drains(streams_[size_t(r)]));
+  for (int r = 0; r < N; ++r)
+    for (size_t i = 0; i < count; ++i) {
+      float want = value(0, i);
+      for (int p = 1; p < N; ++p) want += value(p, i);  // rank order
+      ASSERT_EQ(std::memcmp(&recv[size_t(r)]->host<float>()[i], &want, sizeof want), 0)
+          << "rank " << r << " element " << i;
+    }
+}
+
 TEST_F(CudaMode, RegisteredBuffersGiveTheSameResults) {
   makeRanks(2);
   constexpr size_t kCount = (1 << 20) / 4 + 7;  // full slices and a tail

@@ -11,7 +11,7 @@
 // Pre-multiplied sums multiply each input once (the first send of a raw
 // input, or the first fold); later rounds fold partial results
 // (Step::localPartial). Folds follow the rounds, not rank order: never
-// under LOOM_DETERMINISTIC. Host buffers only (fan-in steps).
+// under LOOM_DETERMINISTIC.
 #include "core/algorithms/direct_common.h"
 
 namespace loom::core {

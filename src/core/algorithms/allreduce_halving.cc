@@ -13,8 +13,7 @@
 // doubling (allreduce_doubling.cc). Partners split a range alike (they
 // share every higher bit), so both sides agree on every message's size;
 // empty halves (vectors shorter than p elements) send nothing. Folds
-// follow the rounds, not rank order: never under LOOM_DETERMINISTIC. Host
-// buffers only (fan-in steps).
+// follow the rounds, not rank order: never under LOOM_DETERMINISTIC.
 #include "core/algorithms/halving_common.h"
 
 namespace loom::core {

@@ -11,8 +11,7 @@
 // number of ranks (tuning.cc refuses other layouts; the generator falls
 // back to the ring for them). The pre op is applied in the first phase,
 // the post op by the last fold of the second. Folds follow the phases, not
-// rank order: never under LOOM_DETERMINISTIC. Host buffers only (fan-in
-// steps).
+// rank order: never under LOOM_DETERMINISTIC.
 #include <algorithm>
 
 #include "core/algorithms/halving_common.h"

@@ -12,7 +12,6 @@
 // the parent and the sends to the children). Each direction of each tree
 // edge is used by one stream on each side, so messages match in order.
 // Folds follow the tree, not rank order: never under LOOM_DETERMINISTIC.
-// Host buffers only (fan-in steps).
 #include "core/algorithms/direct_common.h"
 #include "core/algorithms/tree_common.h"
 

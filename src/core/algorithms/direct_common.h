@@ -2,7 +2,7 @@
 // every other rank at once, so an operation takes one message hop instead
 // of the ring's n-1 or 2(n-1). Reductions fold the ranks' contributions in
 // rank order in one fan-in step (core/plan.h), so every rank computes the
-// same bits whatever its place. Host buffers only (fan-in steps).
+// same bits whatever its place (on a device too: the fold is one kernel).
 #pragma once
 
 #include "core/algorithms/ring_common.h"
