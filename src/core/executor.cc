@@ -280,6 +280,21 @@ void PlanRunner::retireSends(StreamState& st, bool* progressed) {
   }
 }
 
+bool PlanRunner::readPending(const StreamState& self, const std::byte* begin, size_t bytes) const {
+  const std::byte* end = begin + bytes;
+  for (size_t i = 0; i < streams_.size(); ++i) {
+    if (&streams_[i] == &self) continue;
+    const auto& steps = plan_->streams[i].steps;
+    for (size_t k = streams_[i].next; k < steps.size(); ++k) {
+      const Step& s = steps[k];
+      if (s.sendPeer < 0 || s.recvPeer >= 0 || !s.fanIn.empty() || !s.local.valid()) continue;
+      const std::byte* from = ptr(s.local);
+      if (from < end && begin < from + s.bytes) return true;
+    }
+  }
+  return false;
+}
+
 bool PlanRunner::writeBlocked(const std::byte* begin, size_t bytes) const {
   const std::byte* end = begin + bytes;
   for (const auto& st : streams_) {
@@ -417,7 +432,7 @@ Status PlanRunner::computeFanIn(const Step& step, StreamState& st) {
   const Status kBlocked(Code::kInProgress, "");
   const size_t count = step.bytes / std::max<size_t>(1, kernels::dataTypeSize(reduction_.type));
   std::byte* dst = step.out.valid() ? ptr(step.out) : nullptr;
-  if (dst && writeBlocked(dst, step.bytes)) return kBlocked;
+  if (dst && (writeBlocked(dst, step.bytes) || readPending(st, dst, step.bytes))) return kBlocked;
   const bool pre =
       step.localAt >= 0 && !step.localPartial && reducing_ && reduction_.op == kernels::RedOp::kPreMulSum;
   const int needed = (dst ? 0 : 1) + (pre ? 1 : 0);
@@ -465,12 +480,23 @@ Status PlanRunner::computeFanInOnDevice(const Step& step, StreamState& st) {
   Connection* sendConn = step.sendPeer >= 0 ? conn(st, step.sendPeer) : nullptr;
   const bool stageSend = sendConn && !sendConn->moves(transport::MemoryType::kDevice);
   std::byte* dst = step.out.valid() ? ptr(step.out) : nullptr;
-  if (dst && writeBlocked(dst, step.bytes)) return kBlocked;
+  if (dst && (writeBlocked(dst, step.bytes) || readPending(st, dst, step.bytes))) return kBlocked;
   const bool pre =
       step.localAt >= 0 && !step.localPartial && reducing_ && reduction_.op == kernels::RedOp::kPreMulSum;
-  const int needed = (dst ? (stageSend ? 1 : 0) : 1) + (pre ? 1 : 0);
+  // More sources than one launch takes chain through dst (device.h): the
+  // local input, when it is dst (in place) and not the first source, would
+  // be read after it was overwritten; the fold then goes to a slot first.
+  const int nsources = int(step.fanIn.size()) + (step.localAt >= 0 ? 1 : 0);
+  const bool viaSlot = dst && nsources > device::kSourcesPerLaunch && step.localAt > 0 && !pre &&
+                       ptr(step.local) < dst + step.bytes && dst < ptr(step.local) + step.bytes;
+  const int needed = (dst && !viaSlot ? (stageSend ? 1 : 0) : 1) + (pre ? 1 : 0);
   if (__builtin_popcountll(st.freeSlots) < needed) return kBlocked;
   int hold = -1;
+  std::byte* userOut = nullptr;  // where a fold into a slot is copied to
+  if (viaSlot) {
+    userOut = dst;
+    dst = nullptr;
+  }
   if (!dst) {
     hold = takeSlot(st);
     dst = slot(st, hold);
@@ -485,15 +511,23 @@ Status PlanRunner::computeFanInOnDevice(const Step& step, StreamState& st) {
     local = slot(st, preSlot);
   }
   const void* sources[kMaxSlots];
-  int nsources = 0;
+  int listed = 0;
   for (size_t k = 0; k <= step.fanIn.size(); ++k) {  // freeLater: the fan-in's slots first
-    if (int(k) == step.localAt) sources[nsources++] = local;
-    if (k < step.fanIn.size()) sources[nsources++] = slot(st, st.freeLater[k]);
+    if (int(k) == step.localAt) sources[listed++] = local;
+    if (k < step.fanIn.size()) sources[listed++] = slot(st, st.freeLater[k]);
   }
   kernels::Reduction plain = reduction_;
   if (plain.op == kernels::RedOp::kPreMulSum) plain.op = kernels::RedOp::kSum;
-  LOOM_TRY(api->reduceAsync(plain, dst, sources, nsources, nullptr, count, step.post, stream));
+  LOOM_TRY(api->reduceAsync(plain, dst, sources, listed, nullptr, count, step.post, stream));
   const std::byte* result = dst;
+  if (userOut) {
+    LOOM_TRY(api->copyAsync(userOut, dst, step.bytes, stream));
+    if (!stageSend) {  // the slot is read by the copy only
+      st.freeLater.push_back(hold);
+      hold = -1;
+      result = userOut;
+    }
+  }
   if (stageSend && !inSlots(st, result)) {
     hold = takeSlot(st);
     LOOM_TRY(api->copyAsync(slot(st, hold), result, step.bytes, stream));

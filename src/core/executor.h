@@ -207,6 +207,10 @@ class PlanRunner {
   transport::MemoryType memoryOf(const StreamState& st, const std::byte* p) const;
   void retireSends(StreamState& st, bool* progressed);
   bool writeBlocked(const std::byte* begin, size_t bytes) const;
+  // True while a send step of another stream that reads [begin, begin +
+  // bytes) has not posted its send yet (an in-place fold waits for the
+  // sends of the input it overwrites: direct AllReduce).
+  bool readPending(const StreamState& self, const std::byte* begin, size_t bytes) const;
   std::byte* ptr(const BufRef& ref) const { return buffers_[size_t(ref.buf)] + ref.offset; }
   transport::Connection* conn(const StreamState& st, int peer) const {
     return conns_[linkIndex(peer, st.channel, plan_->nranks)];

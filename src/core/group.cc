@@ -104,7 +104,9 @@ Result<std::shared_ptr<const CachedPlan>> collectivePlan(Communicator* comm, con
   made->choice = choose(op.kind, bytes, ctx);
   if (ctx.deterministic && isReducing(op.kind) && made->choice.algorithm == Algorithm::kRing) {
     return invalidUsage(std::string("LOOM_DETERMINISTIC=1: no algorithm that folds in rank order can run this ") +
-                        opKindName(op.kind) + " on more than 32 ranks");
+                        opKindName(op.kind) + " of " + std::to_string(bytes) + " bytes on " +
+                        std::to_string(ctx.nranks) +
+                        " ranks (direct and twoshot run up to 32 ranks, twoshot up to 21 on device buffers)");
   }
   params.algorithm = made->choice.algorithm;
   LOOM_ASSIGN_OR_RETURN(made->plan, planCollective(op, params));

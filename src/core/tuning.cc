@@ -34,6 +34,12 @@ constexpr size_t kDirectMaxMessageBytes = size_t(256) << 10;
 // Fan-in steps stage every source in a slot of their own, beside the slots
 // of the pre-multiplied sends before them (core/executor.h: 64 per stream).
 constexpr int kDirectMaxRanks = 32;
+// On a device every send may hold a slot (connections that cannot move
+// device memory stage it): a twoshot fold finds a slice's results and the
+// next slice's inputs in flight beside its own sources, 3(n-1) + 2 <= 64.
+constexpr int kDeviceMaxTwoShotRanks = 21;
+// Hierarchical on a device: 2R + 3 <= 64.
+constexpr int kDeviceMaxRanksPerHost = 30;
 
 std::string lower(std::string_view s) {
   std::string out(s);
@@ -191,6 +197,11 @@ std::string cannotRun(Algorithm a, OpKind kind, size_t bytes, const TuningContex
     if (ctx.hosts < 2) return "hierarchical needs ranks on several hosts";
     if (ctx.ranksPerHost < 2) return "hierarchical needs the same number of ranks, at least 2, on every host";
     if (ctx.deterministic) return "hierarchical folds phase by phase, not in rank order (LOOM_DETERMINISTIC=1)";
+    // On a device every send may hold a staging slot until it is done
+    // (core/executor.h): a host's 2R sends between folds, beside the fold's.
+    if (ctx.device && ctx.ranksPerHost > kDeviceMaxRanksPerHost)
+      return "hierarchical runs up to " + std::to_string(kDeviceMaxRanksPerHost) +
+             " ranks per host on device buffers";
     return "";
   }
   if (a == Algorithm::kDoubling || a == Algorithm::kHalving) {
@@ -207,6 +218,8 @@ std::string cannotRun(Algorithm a, OpKind kind, size_t bytes, const TuningContex
   }
   if (ctx.nranks > kDirectMaxRanks)
     return std::string(algorithmName(a)) + " runs up to " + std::to_string(kDirectMaxRanks) + " ranks";
+  if (a == Algorithm::kTwoShot && ctx.device && ctx.nranks > kDeviceMaxTwoShotRanks)
+    return "twoshot runs up to " + std::to_string(kDeviceMaxTwoShotRanks) + " ranks on device buffers";
   // Direct ReduceScatter and Reduce go slice by slice; the others send
   // each message whole.
   const bool whole = a == Algorithm::kDirect && kind != OpKind::kReduceScatter && kind != OpKind::kReduce;

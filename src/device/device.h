@@ -29,6 +29,10 @@
 namespace loom::device {
 
 using Stream = void*;
+
+// Sources one reduction kernel launch folds (kernels/cuda/launch.h's
+// kMaxSourcesPerLaunch; reduceAsync chains more).
+inline constexpr int kSourcesPerLaunch = 8;
 using Event = void*;
 // What another process of this host opens to reach device memory (the
 // runtime's cudaIpcMemHandle_t, 64 bytes).
@@ -76,7 +80,9 @@ class Api {
   // Queues loom's reduction kernel on `stream`: kernels::reduce()'s
   // contract (kernels/reduce.h) on memory the device reads and writes
   // (device memory, allocHost memory). `partials` is a host array of
-  // pointers, read before the call returns.
+  // pointers, read before the call returns. More than kSourcesPerLaunch
+  // sources (the local input included, last) run as several launches
+  // chained through dst: then dst may alias only the first source.
   virtual Status reduceAsync(const kernels::Reduction& r, void* dst, const void* const* partials, int npartials,
                              const void* local, size_t count, bool applyPost, Stream stream) = 0;
 

@@ -457,7 +457,9 @@ class CudaModeAlgorithms : public CudaMode, public ::testing::WithParamInterface
 INSTANTIATE_TEST_SUITE_P(
     Algos, CudaModeAlgorithms,
     ::testing::Values(AlgoCase{"direct", 3, false}, AlgoCase{"twoshot", 4, true}, AlgoCase{"tree", 5, false},
-                      AlgoCase{"doubling", 3, true}, AlgoCase{"halving", 6, false}, AlgoCase{"halving", 4, true}),
+                      AlgoCase{"doubling", 3, true}, AlgoCase{"halving", 6, false}, AlgoCase{"halving", 4, true},
+                      // More sources than one kernel launch folds (8): chained launches, in place.
+                      AlgoCase{"direct", 10, true}, AlgoCase{"twoshot", 9, false}),
     [](const ::testing::TestParamInfo<AlgoCase>& i) {
       return std::string(i.param.algo) + std::to_string(i.param.ranks) + (i.param.p2pDisabled ? "shm" : "cudaipc");
     });
@@ -497,6 +499,7 @@ TEST_P(CudaModeAlgorithms, CollectivesOnDeviceBuffers) {
     };
     const std::vector<OpCase> ops = {
         {"sum", false, [](int) { return ncclSum; }, sum},
+        {"sum in place", true, [](int) { return ncclSum; }, sum},
         {"premulsum x3 in place", true, [&](int r) { return premul[size_t(r)]; }, [&](size_t i) { return 3 * sum(i); }},
         {"avg", false, [](int) { return ncclAvg; }, [&](size_t i) { return sum(i) / float(N); }},
     };

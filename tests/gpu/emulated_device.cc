@@ -333,13 +333,29 @@ Status EmulatedDevice::reduceAsync(const kernels::Reduction& r, void* dst, const
   loadOnFirstLaunch(tCurrentDevice);
   Queue* q = queueOf(stream);
   if (!q) return invalidArgument("unknown emulated stream");
-  if (npartials < 0 || npartials > 8) return invalidArgument("emulated reduce: bad source count");
-  std::vector<const void*> sources;
-  for (int i = 0; i < npartials; ++i) sources.push_back(hostView(partials[i]));
-  ++reduceLaunches_;
-  q->push([r, d = hostView(dst), sources, l = local ? hostView(local) : nullptr, count, applyPost] {
-    kernels::reduce(r, d, sources.data(), int(sources.size()), l, count, applyPost);
-  });
+  if (npartials < 0) return invalidArgument("emulated reduce: bad source count");
+  // As the CUDA launcher does (kernels/cuda/cuda_kernels.cc): at most 8
+  // sources a launch, the local input last; after the first launch dst
+  // carries the chain (rounded to the type in between).
+  constexpr int kPerLaunch = 8;
+  const int nsources = npartials + (local ? 1 : 0);
+  void* d = hostView(dst);
+  int next = 0;
+  while (next < nsources) {
+    std::vector<const void*> sources;
+    if (next > 0) sources.push_back(d);
+    const void* last = nullptr;
+    while (next < nsources && int(sources.size()) + (last ? 1 : 0) < kPerLaunch) {
+      if (next < npartials) sources.push_back(hostView(partials[next]));
+      else last = hostView(local);
+      ++next;
+    }
+    const bool post = next == nsources && applyPost;
+    ++reduceLaunches_;
+    q->push([r, d, sources, last, count, post] {
+      kernels::reduce(r, d, sources.data(), int(sources.size()), last, count, post);
+    });
+  }
   return Status::ok();
 }
 
