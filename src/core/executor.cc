@@ -430,7 +430,7 @@ bool PlanRunner::startFanIn(const Step& step, StreamState& st, Status* error) {
 // one pass (one call: every rank folding the same list gets the same bits).
 Status PlanRunner::computeFanIn(const Step& step, StreamState& st) {
   const Status kBlocked(Code::kInProgress, "");
-  const size_t count = step.bytes / std::max<size_t>(1, kernels::dataTypeSize(reduction_.type));
+  const size_t count = elements(step);
   std::byte* dst = step.out.valid() ? ptr(step.out) : nullptr;
   if (dst && (writeBlocked(dst, step.bytes) || readPending(st, dst, step.bytes))) return kBlocked;
   const bool pre =
@@ -476,9 +476,8 @@ Status PlanRunner::computeFanInOnDevice(const Step& step, StreamState& st) {
   const Status kBlocked(Code::kInProgress, "");
   device::Api* api = device_->api;
   const device::Stream stream = device_->stream;
-  const size_t count = step.bytes / std::max<size_t>(1, kernels::dataTypeSize(reduction_.type));
-  Connection* sendConn = step.sendPeer >= 0 ? conn(st, step.sendPeer) : nullptr;
-  const bool stageSend = sendConn && !sendConn->moves(transport::MemoryType::kDevice);
+  const size_t count = elements(step);
+  const bool stageSend = stagedSend(step, st);
   std::byte* dst = step.out.valid() ? ptr(step.out) : nullptr;
   if (dst && (writeBlocked(dst, step.bytes) || readPending(st, dst, step.bytes))) return kBlocked;
   const bool pre =
@@ -546,7 +545,7 @@ Status PlanRunner::computeFanInOnDevice(const Step& step, StreamState& st) {
 // still being sent).
 Status PlanRunner::compute(const Step& step, StreamState& st) {
   const Status kBlocked(Code::kInProgress, "");
-  const size_t count = step.bytes / std::max<size_t>(1, kernels::dataTypeSize(reduction_.type));
+  const size_t count = elements(step);
   const std::byte* result = nullptr;
   int hold = -1;       // staging slot that holds the result
   int freeAfter = -1;  // staging slot read by the computation
@@ -600,10 +599,8 @@ Status PlanRunner::computeOnDevice(const Step& step, StreamState& st) {
   const Status kBlocked(Code::kInProgress, "");
   device::Api* api = device_->api;
   const device::Stream stream = device_->stream;
-  const size_t count = step.bytes / std::max<size_t>(1, kernels::dataTypeSize(reduction_.type));
-  Connection* sendConn = step.sendPeer >= 0 ? conn(st, step.sendPeer) : nullptr;
-  // A send over a connection that cannot move device memory leaves from a slot.
-  const bool stageSend = sendConn && !sendConn->moves(transport::MemoryType::kDevice);
+  const size_t count = elements(step);
+  const bool stageSend = stagedSend(step, st);
   const bool transform = step.recvPeer < 0 && transforms(step, reduction_, reducing_);
 
   // What the step writes and the slots it needs, before anything is queued.

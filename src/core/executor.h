@@ -21,6 +21,7 @@
 // connection of a plan moves device memory, its slots are device memory.
 #pragma once
 
+#include <algorithm>
 #include <deque>
 #include <memory>
 #include <span>
@@ -212,6 +213,11 @@ class PlanRunner {
   // sends of the input it overwrites: direct AllReduce).
   bool readPending(const StreamState& self, const std::byte* begin, size_t bytes) const;
   std::byte* ptr(const BufRef& ref) const { return buffers_[size_t(ref.buf)] + ref.offset; }
+  size_t elements(const Step& s) const { return s.bytes / std::max<size_t>(1, kernels::dataTypeSize(reduction_.type)); }
+  // The step's send leaves from a slot: its connection cannot move device memory.
+  bool stagedSend(const Step& s, const StreamState& st) const {
+    return s.sendPeer >= 0 && !conn(st, s.sendPeer)->moves(transport::MemoryType::kDevice);
+  }
   transport::Connection* conn(const StreamState& st, int peer) const {
     return conns_[linkIndex(peer, st.channel, plan_->nranks)];
   }
