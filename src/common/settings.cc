@@ -61,8 +61,8 @@ constexpr Spec kTable[] = {
     {"LOOM_DETERMINISTIC", T::kBool, "0", "TUNING",
      "1: every reduction (AllReduce, ReduceScatter, Reduce) folds the ranks' values in rank order, "
      "element by element in one fold, so its bits do not depend on the algorithm, the slicing, the "
-     "channels or where the ranks run: only direct and twoshot are used (not the ring), on host "
-     "buffers. NCCL has no such mode."},
+     "channels or where the ranks run: only direct and twoshot are used (not the ring), on host and "
+     "device buffers. NCCL has no such mode."},
     {"NCCL_PROTO", T::kString, "", "TUNING",
      "Protocols, mapped onto loom's paths: LL and LL128 mean the latency path (LOOM_LATENCY_PATH), "
      "Simple the plans. A list, ^ to exclude: 'Simple' or '^LL,LL128' turn the latency path off. "
