@@ -193,7 +193,8 @@ Status PlanRunner::rebind(std::span<std::byte* const> buffers, const kernels::Re
     st.fanRecvs.clear();
     st.fanSlots.clear();
     st.result = nullptr;
-    st.hold = st.freeAfter = -1;
+    st.hold = -1;
+    st.freeAfter.clear();
   }
   LOOM_TRY(bindConnections());
   return bindSlots(scratch);
@@ -433,8 +434,7 @@ Status PlanRunner::computeFanIn(const Step& step, StreamState& st) {
   const size_t count = elements(step);
   std::byte* dst = step.out.valid() ? ptr(step.out) : nullptr;
   if (dst && (writeBlocked(dst, step.bytes) || readPending(st, dst, step.bytes))) return kBlocked;
-  const bool pre =
-      step.localAt >= 0 && !step.localPartial && reducing_ && reduction_.op == kernels::RedOp::kPreMulSum;
+  const bool pre = premultipliesLocal(step);
   const int needed = (dst ? 0 : 1) + (pre ? 1 : 0);
   if (__builtin_popcountll(st.freeSlots) < needed) return kBlocked;
   int hold = -1, preSlot = -1;
@@ -449,23 +449,28 @@ Status PlanRunner::computeFanIn(const Step& step, StreamState& st) {
     local = slot(st, preSlot);
   }
   const void* sources[kMaxSlots];
-  int nsources = 0;
-  for (size_t k = 0; k <= st.fanSlots.size(); ++k) {
-    if (int(k) == step.localAt) sources[nsources++] = local;
-    if (k < st.fanSlots.size()) sources[nsources++] = slot(st, st.fanSlots[k]);
-  }
-  // The local input is one of the sources: pre() is already applied.
-  kernels::Reduction plain = reduction_;
-  if (plain.op == kernels::RedOp::kPreMulSum) plain.op = kernels::RedOp::kSum;
-  kernels::reduce(plain, dst, sources, nsources, nullptr, count, step.post);
+  kernels::Reduction fold;
+  const int nsources = foldSources(step, st, st.fanSlots, local, sources, &fold);
+  kernels::reduce(fold, dst, sources, nsources, nullptr, count, step.post);
   for (int s : st.fanSlots) freeSlot(st, s);
   if (preSlot >= 0) freeSlot(st, preSlot);
   st.fanSlots.clear();
   st.result = dst;
   st.hold = hold;
-  st.freeAfter = -1;
   st.phase = Phase::kFinish;
   return Status::ok();
+}
+
+int PlanRunner::foldSources(const Step& step, const StreamState& st, const std::vector<int>& fanSlots,
+                            const std::byte* local, const void** out, kernels::Reduction* fold) const {
+  int n = 0;
+  for (size_t k = 0; k <= step.fanIn.size(); ++k) {
+    if (int(k) == step.localAt) out[n++] = local;
+    if (k < step.fanIn.size()) out[n++] = slot(st, fanSlots[k]);
+  }
+  *fold = reduction_;
+  if (fold->op == kernels::RedOp::kPreMulSum) fold->op = kernels::RedOp::kSum;
+  return n;
 }
 
 // computeFanIn's fold as kernels on the context's stream (the sources are
@@ -480,13 +485,12 @@ Status PlanRunner::computeFanInOnDevice(const Step& step, StreamState& st) {
   const bool stageSend = stagedSend(step, st);
   std::byte* dst = step.out.valid() ? ptr(step.out) : nullptr;
   if (dst && (writeBlocked(dst, step.bytes) || readPending(st, dst, step.bytes))) return kBlocked;
-  const bool pre =
-      step.localAt >= 0 && !step.localPartial && reducing_ && reduction_.op == kernels::RedOp::kPreMulSum;
+  const bool pre = premultipliesLocal(step);
   // More sources than one launch takes chain through dst (device.h): the
   // local input, when it is dst (in place) and not the first source, would
   // be read after it was overwritten; the fold then goes to a slot first.
-  const int nsources = int(step.fanIn.size()) + (step.localAt >= 0 ? 1 : 0);
-  const bool viaSlot = dst && nsources > device::kSourcesPerLaunch && step.localAt > 0 && !pre &&
+  const int sourceCount = int(step.fanIn.size()) + (step.localAt >= 0 ? 1 : 0);
+  const bool viaSlot = dst && sourceCount > device::kSourcesPerLaunch && step.localAt > 0 && !pre &&
                        ptr(step.local) < dst + step.bytes && dst < ptr(step.local) + step.bytes;
   const int needed = (dst && !viaSlot ? (stageSend ? 1 : 0) : 1) + (pre ? 1 : 0);
   if (__builtin_popcountll(st.freeSlots) < needed) return kBlocked;
@@ -500,29 +504,23 @@ Status PlanRunner::computeFanInOnDevice(const Step& step, StreamState& st) {
     hold = takeSlot(st);
     dst = slot(st, hold);
   }
-  st.freeLater = st.fanSlots;
-  st.fanSlots.clear();
+  st.freeAfter.swap(st.fanSlots);  // the kernels read them
   const std::byte* local = step.localAt >= 0 ? ptr(step.local) : nullptr;
   if (pre) {
     const int preSlot = takeSlot(st);
-    st.freeLater.push_back(preSlot);
+    st.freeAfter.push_back(preSlot);
     LOOM_TRY(api->reduceAsync(reduction_, slot(st, preSlot), nullptr, 0, local, count, false, stream));
     local = slot(st, preSlot);
   }
   const void* sources[kMaxSlots];
-  int listed = 0;
-  for (size_t k = 0; k <= step.fanIn.size(); ++k) {  // freeLater: the fan-in's slots first
-    if (int(k) == step.localAt) sources[listed++] = local;
-    if (k < step.fanIn.size()) sources[listed++] = slot(st, st.freeLater[k]);
-  }
-  kernels::Reduction plain = reduction_;
-  if (plain.op == kernels::RedOp::kPreMulSum) plain.op = kernels::RedOp::kSum;
-  LOOM_TRY(api->reduceAsync(plain, dst, sources, listed, nullptr, count, step.post, stream));
+  kernels::Reduction fold;
+  const int nsources = foldSources(step, st, st.freeAfter, local, sources, &fold);
+  LOOM_TRY(api->reduceAsync(fold, dst, sources, nsources, nullptr, count, step.post, stream));
   const std::byte* result = dst;
   if (userOut) {
     LOOM_TRY(api->copyAsync(userOut, dst, step.bytes, stream));
     if (!stageSend) {  // the slot is read by the copy only
-      st.freeLater.push_back(hold);
+      st.freeAfter.push_back(hold);
       hold = -1;
       result = userOut;
     }
@@ -534,7 +532,6 @@ Status PlanRunner::computeFanInOnDevice(const Step& step, StreamState& st) {
   }
   st.result = result;
   st.hold = hold;
-  st.freeAfter = -1;
   LOOM_TRY(api->recordEvent(st.event, stream));
   st.phase = Phase::kDeviceWait;
   return Status::ok();
@@ -586,7 +583,7 @@ Status PlanRunner::compute(const Step& step, StreamState& st) {
   }
   st.result = result;
   st.hold = hold;
-  st.freeAfter = freeAfter;
+  if (freeAfter >= 0) st.freeAfter.push_back(freeAfter);
   st.phase = Phase::kFinish;
   return Status::ok();
 }
@@ -677,7 +674,7 @@ Status PlanRunner::computeOnDevice(const Step& step, StreamState& st) {
   }
   st.result = result;
   st.hold = hold;
-  st.freeAfter = freeAfter;
+  if (freeAfter >= 0) st.freeAfter.push_back(freeAfter);
   if (!launched) {
     st.phase = Phase::kFinish;
     return Status::ok();
@@ -697,10 +694,8 @@ Status PlanRunner::finish(const Step& step, StreamState& st) {
       return s;
     }
   }
-  if (st.freeAfter >= 0) freeSlot(st, st.freeAfter);
-  st.freeAfter = -1;
-  for (int s : st.freeLater) freeSlot(st, s);
-  st.freeLater.clear();
+  for (int s : st.freeAfter) freeSlot(st, s);
+  st.freeAfter.clear();
   const int hold = st.hold;
   st.hold = -1;
   if (step.sendPeer < 0) {

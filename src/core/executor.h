@@ -185,8 +185,7 @@ class PlanRunner {
     // The computed step, until kFinish posts it.
     const std::byte* result = nullptr;
     int hold = -1;       // slot holding the result
-    int freeAfter = -1;  // slot the step's kernels read, freed at kFinish
-    std::vector<int> freeLater;  // a fan-in's slots its kernels read (device), freed at kFinish
+    std::vector<int> freeAfter;  // slots the step's computation reads (its kernels: device), freed at kFinish
     device::Event event = nullptr;
   };
 
@@ -196,6 +195,15 @@ class PlanRunner {
   Status compute(const Step& step, StreamState& st);
   Status computeFanIn(const Step& step, StreamState& st);
   Status computeFanInOnDevice(const Step& step, StreamState& st);
+  // A fan-in's local input is pre-multiplied into a slot first (PreMulSum).
+  bool premultipliesLocal(const Step& s) const {
+    return s.localAt >= 0 && !s.localPartial && reducing_ && reduction_.op == kernels::RedOp::kPreMulSum;
+  }
+  // Fills `out` with a fan-in's sources in fold order (`local` at the step's
+  // place, the slots of `fanSlots` for its messages) and returns how many;
+  // *fold is the reduction to fold them with (pre is applied to every one).
+  int foldSources(const Step& step, const StreamState& st, const std::vector<int>& fanSlots, const std::byte* local,
+                  const void** out, kernels::Reduction* fold) const;
   Status computeOnDevice(const Step& step, StreamState& st);
   Status finish(const Step& step, StreamState& st);
   int takeSlot(StreamState& st);
