@@ -365,8 +365,9 @@ Status Communicator::connectPeersAtInit() {
             "%s ready (%d ranks, network %s, %d channel(s), %d sockets per connection, %zu KiB slices); "
             "bootstrap sent %llu messages (%llu bytes), received %llu (%llu bytes)",
             describe().c_str(), nranks_, net.isOk() ? net->c_str() : "?", options_.channels,
-            options_.link.socketsPerPeer, sliceBytes_ >> 10, (unsigned long long)t.sentMessages, (unsigned long long)t.sentBytes,
-            (unsigned long long)t.receivedMessages, (unsigned long long)t.receivedBytes);
+            options_.link.socketsPerPeer, sliceBytes_ >> 10, (unsigned long long)t.sentMessages,
+            (unsigned long long)t.sentBytes, (unsigned long long)t.receivedMessages,
+            (unsigned long long)t.receivedBytes);
   if (mode_ == Mode::kCuda) {
     // NCCL refuses ranks that share a GPU; loom runs them (nothing on the
     // device waits for a peer), and says so.
@@ -414,7 +415,8 @@ void Communicator::scheduleFromTable() {
     ++perHost[size_t(place.host)];
   }
   tuning_.hosts = int(layout.hosts.size());
-  tuning_.ranksPerHost = std::all_of(perHost.begin(), perHost.end(), [&](int k) { return k == perHost[0]; }) ? perHost[0] : 0;
+  const bool even = std::all_of(perHost.begin(), perHost.end(), [&](int k) { return k == perHost[0]; });
+  tuning_.ranksPerHost = even ? perHost[0] : 0;
   // One rank with shared memory off puts its pairs on TCP: every rank
   // must then plan for the network alike (slices, algorithms).
   bool shmOff = false;

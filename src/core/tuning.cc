@@ -41,6 +41,21 @@ constexpr int kDeviceMaxTwoShotRanks = 21;
 // Hierarchical on a device: 2R + 3 <= 64.
 constexpr int kDeviceMaxRanksPerHost = 30;
 
+double largestPowerOfTwo(double n) { return std::exp2(std::floor(std::log2(n))); }
+
+// Halving-doubling among n ranks on a vector of v bytes (halving_common.h):
+// sequential rounds per slice (two more when n is not a power of two, for
+// the ranks beyond it), and the bytes the busiest rank sends and folds.
+struct HalvingCost {
+  double rounds, sent, folded;
+};
+HalvingCost halvingCost(double n, double v) {
+  const double pow2 = largestPowerOfTwo(n);
+  const double extra = n > pow2 ? 1 : 0;
+  const double ring = 2 * (pow2 - 1) / pow2 * v;
+  return {2 * std::log2(pow2) + 2 * extra, ring + extra * v, ring + extra * 2 * v};
+}
+
 std::string lower(std::string_view s) {
   std::string out(s);
   for (char& c : out) c = char(std::tolower(static_cast<unsigned char>(c)));
@@ -243,7 +258,7 @@ double estimateUs(Algorithm a, OpKind kind, size_t bytes, const TuningContext& c
       if (a == Algorithm::kDoubling) {
         // log2(p) rounds of whole-vector swaps (two more hops when n is
         // not a power of two); slices go one after another.
-        const double pow2 = std::exp2(std::floor(std::log2(n)));
+        const double pow2 = largestPowerOfTwo(n);
         const double rounds = std::log2(pow2) + (n > pow2 ? 2 : 0);
         const double slices = std::max(1.0, std::ceil(s / sliceBytes));
         hops = rounds * slices;
@@ -264,12 +279,11 @@ double estimateUs(Algorithm a, OpKind kind, size_t bytes, const TuningContext& c
         const double slices = std::max(1.0, std::ceil(part / sliceBytes));
         const double inside = 2 * (R - 1) * slices * (local.hopUs + local.messageUs) +
                               2 * (R - 1) / R * s * (local.usPerByte + local.usPerFoldedByte);
-        const double pow2 = std::exp2(std::floor(std::log2(H)));
-        const double extra = H > pow2 ? 1 : 0;
-        hops = (2 * std::log2(pow2) + 2 * extra) * slices;
+        const HalvingCost across = halvingCost(H, s);
+        hops = across.rounds * slices;
         messages = hops;
-        sent = 2 * (pow2 - 1) / pow2 * s + extra * s;
-        folded = (2 * (pow2 - 1) / pow2 * part + extra * 2 * part);
+        sent = across.sent;
+        folded = halvingCost(H, part).folded;
         return inside + hops * c.hopUs + messages * c.messageUs + sent * c.usPerByte + folded * c.usPerFoldedByte;
       }
       if (a == Algorithm::kHalving) {
@@ -283,14 +297,12 @@ double estimateUs(Algorithm a, OpKind kind, size_t bytes, const TuningContext& c
         // from 16 KiB to 4 MiB on 4 and 8 hosts (network namespaces sharing
         // 2 cores); the model takes it up to 256 KiB there.
         const double perByte = ctx.links == LinkClass::kSharedMemory ? 1.25 : 1.0;
-        const double pow2 = std::exp2(std::floor(std::log2(n)));
-        const double extra = n > pow2 ? 1 : 0;
-        const double rounds = 2 * std::log2(pow2) + 2 * extra;
+        const HalvingCost h = halvingCost(n, s);
         const double slices = std::max(1.0, std::ceil(s / (2 * sliceBytes)));
-        hops = rounds * slices;
-        messages = rounds * slices;
-        sent = perByte * (2 * (pow2 - 1) / pow2 * s + extra * s);
-        folded = perByte * (2 * (pow2 - 1) / pow2 * s + extra * 2 * s);
+        hops = h.rounds * slices;
+        messages = hops;
+        sent = perByte * h.sent;
+        folded = perByte * h.folded;
         break;
       }
       if (a == Algorithm::kTree) {

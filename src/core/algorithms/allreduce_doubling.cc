@@ -12,12 +12,13 @@
 // input, or the first fold); later rounds fold partial results
 // (Step::localPartial). Folds follow the rounds, not rank order: never
 // under LOOM_DETERMINISTIC.
-#include "core/algorithms/direct_common.h"
+#include "core/algorithms/halving_common.h"
 
 namespace loom::core {
 
 Plan allReduceDoubling(const OpDesc& op, const PlanParams& p) {
-  using namespace direct;
+  using ring::at;
+  using ring::elemSize;
   Plan plan = ring::emptyPlan(p, "doubling");
   auto& steps = plan.streams[0].steps;
   const int n = p.nranks;
@@ -29,43 +30,32 @@ Plan allReduceDoubling(const OpDesc& op, const PlanParams& p) {
   }
   const ring::RingView ring(p);
   const int me = ring.self();
-  int pow2 = 1;
-  while (pow2 * 2 <= n) pow2 *= 2;
-  const int extra = n - pow2;
+  std::vector<int> group(static_cast<size_t>(n));  // ranks by ring position
+  for (int q = 0; q < n; ++q) group[size_t(q)] = ring.rankAt(q);
+  const int pow2 = halving::largestPowerOfTwo(n);
   ring::forEachSlice(op, p.sliceBytes, [&](Range c) {
     const size_t bytes = c.size() * es;
-    const BufRef input = at(kSendBuf, c.begin, es), result = at(kRecvBuf, c.begin, es);
-    if (me >= pow2) {
-      // Hand the input over, get the result back.
-      const int helper = ring.rankAt(me - pow2);
-      steps.push_back(Step{.sendPeer = helper, .local = input, .bytes = bytes, .reduce = true});
-      steps.push_back(Step{.recvPeer = helper, .out = result, .bytes = bytes});
-      return;
-    }
-    BufRef current = input;
+    int current = kSendBuf;
     bool partial = false;
-    if (me < extra) {
-      Step fold{.local = input, .out = result, .bytes = bytes, .reduce = true};
-      fold.fanIn = {ring.rankAt(me + pow2)};
-      fold.localAt = 0;  // the lower position first
-      steps.push_back(fold);
-      current = result;
-      partial = true;
-    }
+    if (halving::appendStandAside(steps, group, me, pow2, c, es, current, partial)) return;
+    halving::appendFoldIn(steps, group, me, pow2, c, es, &current, &partial);
+    const BufRef result = at(kRecvBuf, c.begin, es);
     for (int k = 1; k < pow2; k *= 2) {
       const int partnerPos = me ^ k;
-      const int partner = ring.rankAt(partnerPos);
+      const int partner = group[size_t(partnerPos)];
       // A raw input leaves pre-multiplied; a partial result as it is.
-      steps.push_back(Step{.sendPeer = partner, .local = current, .bytes = bytes, .reduce = !partial});
-      Step fold{.local = current, .out = result, .bytes = bytes, .reduce = true, .post = k * 2 == pow2};
+      steps.push_back(
+          Step{.sendPeer = partner, .local = at(current, c.begin, es), .bytes = bytes, .reduce = !partial});
+      Step fold{.local = at(current, c.begin, es), .out = result, .bytes = bytes, .reduce = true,
+                .post = k * 2 == pow2};
       fold.fanIn = {partner};
       fold.localAt = me < partnerPos ? 0 : 1;
       fold.localPartial = partial;
       steps.push_back(fold);
-      current = result;
+      current = kRecvBuf;
       partial = true;
     }
-    if (me < extra) steps.push_back(Step{.sendPeer = ring.rankAt(me + pow2), .local = result, .bytes = bytes});
+    halving::appendHandBack(steps, group, me, pow2, c, es);
   });
   return plan;
 }

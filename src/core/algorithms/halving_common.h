@@ -1,6 +1,7 @@
 // The halving-doubling AllReduce of one range among a group of ranks
 // (allreduce_halving.cc), shared with the hierarchical plans, which run it
-// among the ranks of equal local index across hosts.
+// among the ranks of equal local index across hosts; and how the ranks
+// beyond a power of two stand aside, shared with recursive doubling.
 #pragma once
 
 #include <span>
@@ -10,6 +11,50 @@
 
 namespace loom::core::halving {
 
+inline int largestPowerOfTwo(int n) {
+  int p = 1;
+  while (p * 2 <= n) p *= 2;
+  return p;
+}
+
+// The ranks at positions pow2.. of a group of n stand aside: each hands its
+// values (at `current`, raw unless `partial`) to position - pow2 and gets
+// the result back into the receive buffer. Appends those steps and returns
+// true for such a rank, false for the others.
+inline bool appendStandAside(std::vector<Step>& steps, std::span<const int> group, int me, int pow2, Range c,
+                             size_t es, int current, bool partial) {
+  if (me < pow2) return false;
+  const int helper = group[size_t(me - pow2)];
+  const size_t bytes = c.size() * es;
+  steps.push_back(Step{.sendPeer = helper, .local = ring::at(current, c.begin, es), .bytes = bytes,
+                       .reduce = !partial});
+  steps.push_back(Step{.recvPeer = helper, .out = ring::at(kRecvBuf, c.begin, es), .bytes = bytes});
+  return true;
+}
+
+// Position me < n - pow2 folds in the values of position me + pow2 (its own
+// first) into the receive buffer, which then holds a partial result.
+inline void appendFoldIn(std::vector<Step>& steps, std::span<const int> group, int me, int pow2, Range c, size_t es,
+                         int* current, bool* partial) {
+  if (me + pow2 >= int(group.size())) return;
+  Step fold{.local = ring::at(*current, c.begin, es), .out = ring::at(kRecvBuf, c.begin, es), .bytes = c.size() * es,
+            .reduce = true};
+  fold.fanIn = {group[size_t(me + pow2)]};
+  fold.localAt = 0;
+  fold.localPartial = *partial;
+  steps.push_back(fold);
+  *current = kRecvBuf;
+  *partial = true;
+}
+
+// ... and hands the result back at the end.
+inline void appendHandBack(std::vector<Step>& steps, std::span<const int> group, int me, int pow2, Range c,
+                           size_t es) {
+  if (me + pow2 < int(group.size()))
+    steps.push_back(Step{.sendPeer = group[size_t(me + pow2)], .local = ring::at(kRecvBuf, c.begin, es),
+                         .bytes = c.size() * es});
+}
+
 // Appends to `steps` this rank's part of an AllReduce of the elements `c`
 // among `group` (ranks by position; this rank at position `me`). The
 // values start at `current` (kSendBuf or kRecvBuf): raw inputs, or partial
@@ -18,27 +63,9 @@ namespace loom::core::halving {
 inline void appendAllReduce(std::vector<Step>& steps, std::span<const int> group, int me, Range c, size_t es,
                             int current, bool partial) {
   using ring::at;
-  const int n = int(group.size());
-  const size_t bytes = c.size() * es;
-  int pow2 = 1;
-  while (pow2 * 2 <= n) pow2 *= 2;
-  const int extra = n - pow2;
-  if (me >= pow2) {
-    // Hand the values over, get the result back.
-    const int helper = group[size_t(me - pow2)];
-    steps.push_back(Step{.sendPeer = helper, .local = at(current, c.begin, es), .bytes = bytes, .reduce = !partial});
-    steps.push_back(Step{.recvPeer = helper, .out = at(kRecvBuf, c.begin, es), .bytes = bytes});
-    return;
-  }
-  if (me < extra) {
-    Step fold{.local = at(current, c.begin, es), .out = at(kRecvBuf, c.begin, es), .bytes = bytes, .reduce = true};
-    fold.fanIn = {group[size_t(me + pow2)]};
-    fold.localAt = 0;  // the lower position first
-    fold.localPartial = partial;
-    steps.push_back(fold);
-    current = kRecvBuf;
-    partial = true;
-  }
+  const int pow2 = largestPowerOfTwo(int(group.size()));
+  if (appendStandAside(steps, group, me, pow2, c, es, current, partial)) return;
+  appendFoldIn(steps, group, me, pow2, c, es, &current, &partial);
   struct Round {
     int partner;
     Range keep, give;
@@ -76,8 +103,7 @@ inline void appendAllReduce(std::vector<Step>& steps, std::span<const int> group
       steps.push_back(Step{.recvPeer = r->partner, .out = at(kRecvBuf, r->give.begin, es),
                            .bytes = r->give.size() * es});
   }
-  if (me < extra)
-    steps.push_back(Step{.sendPeer = group[size_t(me + pow2)], .local = at(kRecvBuf, c.begin, es), .bytes = bytes});
+  appendHandBack(steps, group, me, pow2, c, es);
 }
 
 }  // namespace loom::core::halving
