@@ -11,7 +11,10 @@
 //   {"seq":S,"coll":C,"kind":"AllReduce","count":C,"type":"float","op":"sum","root":-1,"state":"done",
 //    "enqueue_us":T,"start_us":T,"end_us":T}
 // Times are microseconds of the wall clock (comparable across hosts as far
-// as their clocks agree); 0 where a phase has not happened.
+// as their clocks agree) at the resolution of the kernel's tick (1-4 ms):
+// enough to see when a stuck operation started and how long it has waited,
+// at a fraction of a precise clock's cost per call; 0 where a phase has not
+// happened.
 #pragma once
 
 #include <cstdint>

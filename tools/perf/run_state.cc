@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <vector>
 
 namespace loom::perf {
 namespace {
@@ -24,8 +25,9 @@ std::string shortHostName() {
   return host;
 }
 
-RunState::RunState(int nThreads) : nThreads_(nThreads), busySince_(new std::atomic<int64_t>[size_t(nThreads)]) {
-  for (int t = 0; t < nThreads; ++t) busySince_[size_t(t)].store(0);
+RunState::RunState(int nThreads) : nThreads_(nThreads), busy_(new std::atomic<uint64_t>[size_t(nThreads)]),
+      scopes_(new uint64_t[size_t(nThreads)]()) {
+  for (int t = 0; t < nThreads; ++t) busy_[size_t(t)].store(0);
 }
 
 RunState::~RunState() { stopWatchdog(); }
@@ -95,6 +97,9 @@ void RunState::stopWatchdog() {
 void RunState::watchdogLoop() {
   const int64_t limitNs = int64_t(timeoutSeconds_) * 1000000000;
   int64_t firedAt = 0;
+  // Per thread: the busy scope seen at the last tick and since when.
+  std::vector<uint64_t> seen(size_t(nThreads_), 0);
+  std::vector<int64_t> seenSince(size_t(nThreads_), 0);
   std::unique_lock<std::mutex> lock(watchdogMutex_);
   while (!watchdogCv_.wait_for(lock, std::chrono::milliseconds(100), [this] { return watchdogStop_; })) {
     int64_t now = nowNs();
@@ -107,8 +112,13 @@ void RunState::watchdogLoop() {
       continue;
     }
     for (int t = 0; t < nThreads_; ++t) {
-      int64_t since = busySince_[size_t(t)].load();
-      if (since == 0 || now - since <= limitNs) continue;
+      const uint64_t scope = busy_[size_t(t)].load(std::memory_order_relaxed);
+      if (scope == 0 || scope != seen[size_t(t)]) {
+        seen[size_t(t)] = scope;
+        seenSince[size_t(t)] = now;
+        continue;
+      }
+      if (now - seenSince[size_t(t)] <= limitNs) continue;
       std::printf("%s: Test timeout (%ds) %s:%d\n", shortHostName().c_str(), timeoutSeconds_, "run_state.cc",
                   __LINE__);
       std::fflush(stdout);
@@ -120,9 +130,10 @@ void RunState::watchdogLoop() {
 }
 
 RunState::BusyScope::BusyScope(RunState& state, int thread) : state_(state), thread_(thread) {
-  state_.busySince_[size_t(thread_)].store(nowNs());
+  // Only this thread writes its entries.
+  state_.busy_[size_t(thread_)].store(++state_.scopes_[size_t(thread_)], std::memory_order_relaxed);
 }
 
-RunState::BusyScope::~BusyScope() { state_.busySince_[size_t(thread_)].store(0); }
+RunState::BusyScope::~BusyScope() { state_.busy_[size_t(thread_)].store(0, std::memory_order_relaxed); }
 
 }  // namespace loom::perf

@@ -60,7 +60,9 @@ class RunState {
   // 30 s after that, it exits.
   void startWatchdog(int seconds);
   void stopWatchdog();
-  // Marks thread `thread` busy until the scope ends.
+  // Marks thread `thread` busy until the scope ends. Cheap enough for every
+  // timed call (no clock read): the watchdog times how long it sees the
+  // same scope.
   class BusyScope {
    public:
     BusyScope(RunState& state, int thread);
@@ -91,7 +93,9 @@ class RunState {
   uint64_t barrierEpoch_ = 0;  // guarded by barrierMutex_
 
   int timeoutSeconds_ = 0;
-  std::unique_ptr<std::atomic<int64_t>[]> busySince_;  // steady-clock ns, 0 = idle
+  // Per thread: the scope it is in (a number new for each scope), 0 = idle.
+  std::unique_ptr<std::atomic<uint64_t>[]> busy_;
+  std::unique_ptr<uint64_t[]> scopes_;  // per thread, its scopes so far (only it writes its own)
   std::mutex watchdogMutex_;
   std::condition_variable watchdogCv_;
   bool watchdogStop_ = false;  // guarded by watchdogMutex_
