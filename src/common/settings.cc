@@ -63,6 +63,12 @@ constexpr Spec kTable[] = {
      "element by element in one fold, so its bits do not depend on the algorithm, the slicing, the "
      "channels or where the ranks run: only direct and twoshot are used (not the ring), on host and "
      "device buffers. NCCL has no such mode."},
+    {"LOOM_CALIBRATE", T::kBool, "0", "TUNING",
+     "1: at init, before its first operation, a host-mode communicator times ring shifts over its "
+     "own connections (a small and a large message, a few milliseconds) and the cost model uses "
+     "the slowest rank's hop latency and bandwidth instead of its table's for the link class the "
+     "ranks use. Every rank must set it, or none calibrates. NCCL_DEBUG=INFO (subsystem TUNING) "
+     "prints the measured and the table's values."},
     {"NCCL_PROTO", T::kString, "", "TUNING",
      "Protocols, mapped onto loom's paths: LL and LL128 mean the latency path (LOOM_LATENCY_PATH), "
      "Simple the plans. A list, ^ to exclude: 'Simple' or '^LL,LL128' turn the latency path off. "

@@ -13,6 +13,7 @@
 
 #include "common/log.h"
 #include "common/settings.h"
+#include "core/group.h"
 #include "core/root.h"
 #include "core/scalar.h"
 #include "topology/detect.h"
@@ -98,6 +99,7 @@ CommOptions CommOptions::fromSettings() {
   o.device = threadDevice().empty() ? cfg->getString("LOOM_DEVICE") : threadDevice();
   o.latencyPath = cfg->getBool("LOOM_LATENCY_PATH");
   o.deterministic = cfg->getBool("LOOM_DETERMINISTIC");
+  o.calibrate = cfg->getBool("LOOM_CALIBRATE");
   std::vector<std::string> warnings;
   o.algorithms = AlgoFilter::parse(cfg->getString("NCCL_ALGO"), &warnings);
   if (!parseProto(cfg->getString("NCCL_PROTO"), &warnings).latencyPath) o.latencyPath = false;
@@ -275,6 +277,7 @@ Status Communicator::initFromId(const uint8_t id[kUniqueIdBytes], int nranks, in
   }
   self.hostname = topology::hostName();
   self.transports = transport::localTransports(options_.link.selection);
+  if (options_.calibrate) self.flags |= wire::kRankFlagCalibrate;
   LOOM_TRY(placeSelf(&self, device));
   Deadline deadline = Deadline::afterSeconds(options_.initTimeoutS + 15);
   Status s = bootstrap_->joinRoot(root, self, deadline, &abort_);
@@ -358,7 +361,13 @@ Status Communicator::connectPeersAtInit() {
   const int at = int(std::find(order.begin(), order.end(), rank_) - order.begin());
   std::vector<int> ring{order[size_t((at + 1) % nranks_)], order[size_t((at + nranks_ - 1) % nranks_)]};
   LOOM_TRY(connectAll(ring, Deadline::afterSeconds(options_.initTimeoutS)));
-  setState(State::kReady);
+  {
+    // Ready, but user operations queue behind the calibration's (it runs
+    // the engine, which needs a ready communicator).
+    std::lock_guard<std::mutex> ops(opMutex_);
+    setState(State::kReady);
+    LOOM_TRY(calibrate());
+  }
   auto net = options_.link.selection.network();
   const TrafficCounts t = bootstrap_->traffic();
   LOOM_INFO(log::kInit,
@@ -454,6 +463,89 @@ void Communicator::scheduleFromTable() {
     if (s.isOk()) LOOM_INFO(log::kGraph, "topology written to %s", dump.c_str());
     else LOOM_WARN("NCCL_TOPO_DUMP_FILE: %s", s.message().c_str());
   }
+}
+
+Status Communicator::calibrate() {
+  int asked = 0;
+  for (int r = 0; r < nranks_; ++r) asked += (bootstrap_->peer(r).flags & wire::kRankFlagCalibrate) != 0;
+  if (asked == 0 || nranks_ == 1) return Status::ok();
+  // Every rank decides from the same table, so all of them measure or none.
+  if (asked < nranks_ || mode_ != Mode::kHost) {
+    LOOM_INFO(log::kTuning, "%s: LOOM_CALIBRATE ignored: %s", describe().c_str(),
+              asked < nranks_ ? "not every rank sets it" : "it measures host-mode communicators only");
+    return Status::ok();
+  }
+  // Ring shifts on ring 0: each rank sends to its successor and receives
+  // from its predecessor at once, a small message (a hop, with the start of
+  // a call) and one of four slices (a hop plus bytes); medians of kRounds
+  // after a warm-up (ranks sharing CPUs make single rounds noisy).
+  const auto& order = rings_[0];
+  const size_t at = size_t(std::find(order.begin(), order.end(), rank_) - order.begin());
+  const int next = order[(at + 1) % order.size()];
+  const int prev = order[(at + order.size() - 1) % order.size()];
+  constexpr size_t kSmall = 64;
+  const size_t large = 4 * sliceBytes_;
+  constexpr int kRounds = 11;
+  std::vector<std::byte> out(large, std::byte{1}), in(large);
+  auto shift = [&](size_t bytes, double* us) -> Status {
+    OpDesc ops[2];
+    ops[0].kind = OpKind::kSend;
+    ops[0].sendbuf = out.data();
+    ops[0].root = next;
+    ops[1].kind = OpKind::kRecv;
+    ops[1].recvbuf = in.data();
+    ops[1].root = prev;
+    for (OpDesc& op : ops) {
+      op.count = bytes;
+      op.type = kernels::DataType::kUint8;
+      op.reduction.type = op.type;
+    }
+    const Clock::time_point start = Clock::now();
+    LOOM_TRY(runHeld(this, ops));
+    *us = secondsSince(start) * 1e6;
+    return Status::ok();
+  };
+  auto median = [](std::vector<double> v) {
+    std::nth_element(v.begin(), v.begin() + ptrdiff_t(v.size() / 2), v.end());
+    return v[v.size() / 2];
+  };
+  // One size after the other: a rank that times a small shift while its
+  // predecessor still sends a large one would measure the wait.
+  std::vector<double> small(kRounds), big(kRounds);
+  double ignored = 0;
+  for (int i = 0; i < 2; ++i) LOOM_TRY(shift(kSmall, &ignored));
+  for (int i = 0; i < kRounds; ++i) LOOM_TRY(shift(kSmall, &small[size_t(i)]));
+  LOOM_TRY(shift(large, &ignored));
+  for (int i = 0; i < kRounds; ++i) LOOM_TRY(shift(large, &big[size_t(i)]));
+  // The slowest rank's times, so that every rank holds the same figures
+  // and picks the same algorithms.
+  double times[2] = {median(small), median(big)};
+  OpDesc agree;
+  agree.kind = OpKind::kAllReduce;
+  agree.sendbuf = times;
+  agree.recvbuf = times;
+  agree.count = 2;
+  agree.type = kernels::DataType::kFloat64;
+  agree.reduction.type = agree.type;
+  agree.reduction.op = kernels::RedOp::kMax;
+  LOOM_TRY(runHeld(this, std::span<const OpDesc>(&agree, 1)));
+  // t(small) = hop + message + small * beta; t(large) = hop + 4 messages +
+  // large * beta. Kept within 20x of the table's: a figure further off is
+  // more likely a hiccup of the measurement than the machine.
+  const LinkCost& table = tableCost(tuning_.links);
+  LinkCost& cost = tuning_.costs[size_t(tuning_.links)];
+  const double slices = double((large + sliceBytes_ - 1) / sliceBytes_);
+  const double beta = (times[1] - times[0] - (slices - 1) * table.messageUs) / double(large - kSmall);
+  cost.usPerByte = std::clamp(beta, table.usPerByte / 20, table.usPerByte * 20);
+  const double hop = times[0] - table.messageUs - double(kSmall) * cost.usPerByte;
+  cost.hopUs = std::clamp(hop, table.hopUs / 20, table.hopUs * 20);
+  planCache_.clear();  // the agreeing AllReduce's plan came from the table
+  LOOM_INFO(log::kTuning,
+            "%s: calibrated %s links (ring shifts of %zu and %zu bytes, slowest rank: %.2f and %.2f us): "
+            "hop %.2f us (table %.2f), %.3f GB/s per rank (table %.3f)",
+            describe().c_str(), linkClassName(tuning_.links), kSmall, large, times[0], times[1], cost.hopUs,
+            table.hopUs, 1e-3 / cost.usPerByte, 1e-3 / table.usPerByte);
+  return Status::ok();
 }
 
 void Communicator::setState(State s) {

@@ -78,6 +78,8 @@ struct CommOptions {
   bool latencyPath = true;
   // Reductions fold in rank order whatever the algorithm (LOOM_DETERMINISTIC).
   bool deterministic = false;
+  // Measure alpha and beta at init for the cost model (LOOM_CALIBRATE).
+  bool calibrate = false;
   // Filled from the settings; the API layer then applies ncclConfig_t.
   static CommOptions fromSettings();
 };
@@ -276,6 +278,10 @@ class Communicator {
   enum class State { kInitializing, kReady, kFailed };
   Status finishInit();
   Status connectPeersAtInit();
+  // LOOM_CALIBRATE, when every rank asks: alpha and beta of the ranks' link
+  // class from timed ring shifts, the slowest rank's, into tuning_. Runs
+  // with opMutex_ held, before any user operation.
+  Status calibrate();
   // Rings and trees from every rank's place (the init table), logged in
   // NCCL's GRAPH style; NCCL_TOPO_DUMP_FILE written by each host's first rank.
   void scheduleFromTable();

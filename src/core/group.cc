@@ -517,6 +517,13 @@ Status runPlannedOps(std::vector<PendingOp> ops, const DeviceContext* device) {
   return Engine(std::move(runs), device).run();
 }
 
+Status runHeld(Communicator* comm, std::span<const OpDesc> ops) {
+  std::vector<CommRun> runs;
+  runs.push_back(CommRun{comm, {}, 0, nullptr});
+  LOOM_TRY(buildTasks(comm, ops, &runs[0].tasks));
+  return Engine(std::move(runs), nullptr).run();
+}
+
 Status groupStart() {
   ++tGroup.depth;
   return Status::ok();

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <functional>
+#include <span>
 
 #include "common/status.h"
 #include "core/communicator.h"
@@ -23,8 +24,8 @@ Status groupStart();
 Status groupEnd();
 int groupDepth();
 // Ends the outermost group without running it (pending inits still run) and
-// estimates how long its operations would take, in microseconds, from a
-// simple latency + bandwidth model of the host TCP path.
+// estimates how long its operations would take, in microseconds: the cost
+// model's estimate (core/tuning.h) of what the planner would pick.
 Status groupSimulateEnd(float* estimatedUs);
 
 // Adds an operation to the calling thread's group; runs it at once when no
@@ -52,5 +53,9 @@ Status runOps(std::vector<PendingOp> ops);
 // that waited when the operations were called (the device queue, which
 // passes its DeviceContext: the buffers are device memory).
 Status runPlannedOps(std::vector<PendingOp> ops, const DeviceContext* device = nullptr);
+// Runs host-buffer operations of `comm` (collectives in order, point-to-point
+// calls merged, like a group) for a caller that holds comm->opMutex(): the
+// communicator's own work at the end of its init (LOOM_CALIBRATE).
+Status runHeld(Communicator* comm, std::span<const OpDesc> ops);
 
 }  // namespace loom::core

@@ -11,18 +11,11 @@ namespace {
 constexpr const char* kCollectiveNames[kCollectiveCount] = {"allreduce", "allgather", "reducescatter", "broadcast",
                                                           "reduce"};
 
-// The cost table: alpha (microseconds per sequential hop), per-message
-// overhead, beta (microseconds per byte a rank sends) and the cost of a
-// byte read by a reduction. Measured with the
-// perf tools on 2-core hosts (shared memory) and over veth between network
-// namespaces (network); see bench/compare_algorithms.py.
-struct LinkCost {
-  double hopUs;
-  double messageUs;
-  double usPerByte;        // sent
-  double usPerFoldedByte;  // read by a reduction
-};
-constexpr LinkCost kCosts[] = {
+// The cost table (LinkCost). Measured with the perf tools, each algorithm
+// forced by NCCL_ALGO, on 2-core hosts (shared memory) and over veth between
+// network namespaces (network). LOOM_CALIBRATE replaces alpha and beta of
+// the class a communicator uses with its own measurement.
+constexpr LinkCost kCosts[kLinkClassCount] = {
     {2.0, 0.3, 1.0 / 4000, 1.0 / 8000},   // shared memory
     {30.0, 2.0, 1.0 / 1000, 1.0 / 8000},  // network
 };
@@ -115,6 +108,8 @@ const char* algorithmName(Algorithm a) {
 }
 
 const char* linkClassName(LinkClass c) { return c == LinkClass::kSharedMemory ? "shm" : "net"; }
+
+const LinkCost& tableCost(LinkClass c) { return kCosts[size_t(c)]; }
 
 int collectiveIndex(OpKind kind) {
   switch (kind) {
@@ -246,7 +241,7 @@ std::string cannotRun(Algorithm a, OpKind kind, size_t bytes, const TuningContex
 }
 
 double estimateUs(Algorithm a, OpKind kind, size_t bytes, const TuningContext& ctx) {
-  const LinkCost& c = kCosts[int(ctx.links)];
+  const LinkCost& c = ctx.costs[size_t(ctx.links)];
   const double n = double(std::max(1, ctx.nranks)), s = double(bytes);
   const double sliceBytes = double(std::max<size_t>(ctx.sliceBytes, 4096));
   if (n == 1) return c.messageUs + s * c.usPerByte;
@@ -274,7 +269,7 @@ double estimateUs(Algorithm a, OpKind kind, size_t bytes, const TuningContext& c
         // a host share its network link, which so carries the halving's
         // bytes for the whole vector.
         const double R = std::max(1, ctx.ranksPerHost), H = std::max(1, ctx.hosts);
-        const LinkCost& local = kCosts[int(ctx.shmInsideHosts ? LinkClass::kSharedMemory : LinkClass::kNetwork)];
+        const LinkCost& local = ctx.costs[size_t(ctx.shmInsideHosts ? LinkClass::kSharedMemory : LinkClass::kNetwork)];
         const double part = s / R;
         const double slices = std::max(1.0, std::ceil(part / sliceBytes));
         const double inside = 2 * (R - 1) * slices * (local.hopUs + local.messageUs) +
@@ -378,7 +373,7 @@ double estimateUs(Algorithm a, OpKind kind, size_t bytes, const TuningContext& c
 }
 
 double pointToPointUs(size_t bytes, int messages, const TuningContext& ctx) {
-  const LinkCost& c = kCosts[int(ctx.links)];
+  const LinkCost& c = ctx.costs[size_t(ctx.links)];
   return c.hopUs + messages * c.messageUs + double(bytes) * c.usPerByte;
 }
 

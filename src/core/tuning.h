@@ -37,7 +37,20 @@ inline constexpr int kCollectiveCount = 5;
 int collectiveIndex(OpKind kind);  // -1 for point-to-point kinds
 
 enum class LinkClass : uint8_t { kSharedMemory, kNetwork };
+inline constexpr int kLinkClassCount = 2;
 const char* linkClassName(LinkClass c);
+
+// What the model charges on one link class: alpha (microseconds per
+// sequential hop), a per-message overhead, beta (microseconds per byte a
+// rank sends) and the cost of a byte read by a reduction.
+struct LinkCost {
+  double hopUs;
+  double messageUs;
+  double usPerByte;        // sent
+  double usPerFoldedByte;  // read by a reduction
+};
+// The table (measured on 2-core hosts and over veth, see tuning.cc).
+const LinkCost& tableCost(LinkClass c);
 
 // The NCCL_ALGO setting: which algorithms each collective may use.
 // Syntax (NCCL's): a comma-separated list of names, a leading ^ excludes
@@ -84,6 +97,9 @@ struct TuningContext {
   int hosts = 1;
   int ranksPerHost = 0;
   bool shmInsideHosts = true;  // false: some rank turned shared memory off
+  // Per link class: the table's costs, or what LOOM_CALIBRATE measured at
+  // init (alpha and beta of the class the ranks use).
+  std::array<LinkCost, kLinkClassCount> costs{tableCost(LinkClass::kSharedMemory), tableCost(LinkClass::kNetwork)};
 };
 
 // Whether `a` can run this case (an empty string), or why not.

@@ -33,6 +33,7 @@ std::vector<uint8_t> encode(const RankInfo& info) {
   }
   w.putString(std::string_view(info.hostname).substr(0, kMaxHostnameBytes));
   w.put(info.transports);
+  w.put(info.flags);
   return out;
 }
 
@@ -81,6 +82,7 @@ Result<RankInfo> decodeRankInfo(std::span<const uint8_t> blob) {
   }
   r.getString(&info.hostname, kMaxHostnameBytes);
   r.get(&info.transports);
+  r.get(&info.flags);
   LOOM_TRY(r.finish());
   return info;
 }

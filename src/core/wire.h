@@ -85,10 +85,14 @@ struct RankInfo {
   std::vector<topology::NicPlace> nics;  // at most kMaxNics
   std::string hostname;              // at most kMaxHostnameBytes
   uint32_t transports = 0;           // transport::kTransport* bits this rank can use
+  uint32_t flags = 0;                // kRankFlag* bits: what this rank's settings ask of all
 };
 // 2: gpuUuid (before the hostname). 3: numa, pciPath, nics (before the hostname).
-// 4: transports (after the hostname).
-constexpr uint32_t kRankInfoVersion = 4;
+// 4: transports (after the hostname). 5: flags (after transports).
+constexpr uint32_t kRankInfoVersion = 5;
+// Settings every rank must share to take effect: a rank that asks alone
+// must not start something its peers will not join.
+constexpr uint32_t kRankFlagCalibrate = 1u << 0;  // LOOM_CALIBRATE
 constexpr size_t kMaxPciDepth = 16;
 constexpr size_t kMaxNics = 32;
 constexpr size_t kMaxNameBytes = 64;  // a bus id or NIC name

@@ -170,6 +170,45 @@ TEST_F(FailureTest, ShmSettingsThatDifferStillMeet) {
   }
 }
 
+// LOOM_CALIBRATE on every rank: each measures, all adopt the slowest rank's
+// figures (the same line on every rank), and a checked AllReduce follows.
+// Set on one rank only, nobody measures (a rank that did would wait for
+// peers that never join) and the AllReduce still runs.
+TEST_F(FailureTest, CalibrationRunsOnlyWhenEveryRankAsksAndAllAgree) {
+  auto calibratedLine = [](const std::string& out) {
+    const size_t at = out.find("calibrated ");
+    return at == std::string::npos ? std::string() : out.substr(at, out.find('\n', at) - at);
+  };
+  for (bool everyone : {true, false}) {
+    kids_.clear();
+    port_ = freeLoopbackPort();
+    for (int r = 0; r < 3; ++r) {
+      const bool asks = everyone || r == 0;
+      spawn({"init", "rank=" + std::to_string(r), "nranks=3"},
+            commEnv({asks ? "LOOM_CALIBRATE=1" : "LOOM_CALIBRATE=0", "NCCL_DEBUG=INFO", "NCCL_DEBUG_SUBSYS=TUNING"}));
+    }
+    std::string first;
+    for (int r = 0; r < 3; ++r) {
+      ChildProcess& k = *kids_[size_t(r)];
+      ASSERT_TRUE(k.wait(kEndsWithinS)) << "rank " << r << " did not finish:\n" << k.output();
+      const std::string out = k.output();
+      EXPECT_EQ(k.status(), 0) << out;
+      EXPECT_EQ(resultField(out, "code"), "0") << out;
+      EXPECT_EQ(resultField(out, "error"), "") << out;  // the AllReduce's check
+      const std::string line = calibratedLine(out);
+      if (!everyone) {
+        EXPECT_EQ(line, "") << out;
+        EXPECT_NE(out.find("LOOM_CALIBRATE ignored: not every rank sets it"), std::string::npos) << out;
+        continue;
+      }
+      ASSERT_NE(line, "") << out;
+      EXPECT_NE(line.find("calibrated shm links"), std::string::npos) << line;
+      if (r == 0) first = line;
+      else EXPECT_EQ(line, first) << "rank " << r << " adopted other figures than rank 0";
+    }
+  }
+}
+
 // Rank 1 sleeps instead of joining the AllReduce; rank 0 gives up after
 // LOOM_TIMEOUT_S=2 and says it waits for rank 1.
 TEST_F(FailureTest, OperationTimeoutNamesTheRankWaitedFor) {

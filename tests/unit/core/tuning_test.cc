@@ -242,5 +242,41 @@ TEST(Tuning, EstimatesGrowWithSizeAndTheNetworkCostsMore) {
   }
 }
 
+// LOOM_CALIBRATE rewrites the costs of the ranks' link class: slower hops
+// favour the algorithms with fewer of them, and estimates follow the
+// measured bandwidth.
+TEST(Tuning, CalibratedCostsMoveTheChoice) {
+  TuningContext table;
+  table.nranks = 4;
+  table.links = LinkClass::kNetwork;
+  EXPECT_EQ(table.costs[size_t(LinkClass::kNetwork)].hopUs, tableCost(LinkClass::kNetwork).hopUs);
+  // TCP inside one host: hops ten times cheaper and bytes five times.
+  TuningContext fast = table;
+  fast.costs[size_t(LinkClass::kNetwork)].hopUs /= 10;
+  fast.costs[size_t(LinkClass::kNetwork)].usPerByte /= 5;
+  const size_t big = size_t(16) << 20;
+  EXPECT_EQ(choose(OpKind::kAllReduce, big, fast).algorithm, Algorithm::kRing);
+  EXPECT_LT(estimateUs(Algorithm::kRing, OpKind::kAllReduce, big, fast),
+            estimateUs(Algorithm::kRing, OpKind::kAllReduce, big, table) / 2);
+  // Where hops cost little, the ring's many hops stop mattering sooner.
+  size_t ringFrom[2] = {0, 0};
+  for (const auto* c : {&table, &fast}) {
+    for (size_t bytes = 1024; bytes <= big; bytes *= 2) {
+      if (choose(OpKind::kAllReduce, bytes, *c).algorithm == Algorithm::kRing) {
+        ringFrom[c == &fast] = bytes;
+        break;
+      }
+    }
+  }
+  EXPECT_GT(ringFrom[0], 0u);
+  EXPECT_GT(ringFrom[1], 0u);
+  EXPECT_LE(ringFrom[1], ringFrom[0]);
+  // Only the class in use changes anything.
+  TuningContext other = table;
+  other.costs[size_t(LinkClass::kSharedMemory)].hopUs *= 100;
+  EXPECT_EQ(estimateUs(Algorithm::kRing, OpKind::kAllReduce, 4096, other),
+            estimateUs(Algorithm::kRing, OpKind::kAllReduce, 4096, table));
+}
+
 }  // namespace
 }  // namespace loom::core

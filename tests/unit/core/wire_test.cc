@@ -27,6 +27,7 @@ wire::RankInfo sampleInfo() {
                topology::NicPlace{"eth0", 25000, -1, {}}};
   info.hostname = "node-17.cluster";
   info.transports = 1;  // a usable verbs port
+  info.flags = wire::kRankFlagCalibrate;
   return info;
 }
 
@@ -54,6 +55,7 @@ void expectSame(const wire::RankInfo& a, const wire::RankInfo& b) {
   EXPECT_EQ(a.nics, b.nics);
   EXPECT_EQ(a.hostname, b.hostname);
   EXPECT_EQ(a.transports, b.transports);
+  EXPECT_EQ(a.flags, b.flags);
 }
 
 TEST(Wire, RankInfoRoundTripsAndStartsWithItsVersion) {
@@ -79,7 +81,8 @@ TEST(Wire, RankInfoRefusesTooManyNicsOrPciLevels) {
   wire::RankInfo none = sampleInfo();
   none.nics.clear();
   auto small = wire::encode(none);
-  const size_t countAt = small.size() - 4 - none.hostname.size() - 4 - 4;  // before hostname and transports
+  // Before the hostname (its length and bytes), the transports and the flags.
+  const size_t countAt = small.size() - 4 - 4 - none.hostname.size() - 4 - 4;
   small[countAt] = uint8_t(wire::kMaxNics + 1);
   auto r = wire::decodeRankInfo(small);
   ASSERT_FALSE(r.isOk());
@@ -109,7 +112,7 @@ TEST(Wire, RankInfoRefusesOtherVersionsShortLongAndOversizedBlobs) {
   big.hostname.assign(wire::kMaxHostnameBytes, 'h');
   auto atLimit = wire::encode(big);
   ASSERT_TRUE(wire::decodeRankInfo(atLimit).isOk());
-  const size_t lengthAt = atLimit.size() - 4 - wire::kMaxHostnameBytes - 4;  // the transports come last
+  const size_t lengthAt = atLimit.size() - 4 - 4 - wire::kMaxHostnameBytes - 4;  // transports and flags come last
   atLimit[lengthAt + 1] = 1;  // 255 + 256 bytes
   refused(atLimit, "oversized string");
   refused(std::vector<uint8_t>(wire::kMaxRankInfoBytes + 1, 1), "oversized rank info");
