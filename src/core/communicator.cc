@@ -361,13 +361,10 @@ Status Communicator::connectPeersAtInit() {
   const int at = int(std::find(order.begin(), order.end(), rank_) - order.begin());
   std::vector<int> ring{order[size_t((at + 1) % nranks_)], order[size_t((at + nranks_ - 1) % nranks_)]};
   LOOM_TRY(connectAll(ring, Deadline::afterSeconds(options_.initTimeoutS)));
-  {
-    // Ready, but user operations queue behind the calibration's (it runs
-    // the engine, which needs a ready communicator).
-    std::lock_guard<std::mutex> ops(opMutex_);
-    setState(State::kReady);
-    LOOM_TRY(calibrate());
-  }
+  // Still initializing: users wait for ready, and a non-blocking init says
+  // "in progress" until the calibration is over.
+  LOOM_TRY(calibrate());
+  setState(State::kReady);
   auto net = options_.link.selection.network();
   const TrafficCounts t = bootstrap_->traffic();
   LOOM_INFO(log::kInit,
@@ -477,16 +474,17 @@ Status Communicator::calibrate() {
   }
   // Ring shifts on ring 0: each rank sends to its successor and receives
   // from its predecessor at once, a small message (a hop, with the start of
-  // a call) and one of four slices (a hop plus bytes); medians of kRounds
-  // after a warm-up (ranks sharing CPUs make single rounds noisy).
+  // a call) and a large one (a hop plus bytes); medians of kRounds after a
+  // warm-up (ranks sharing CPUs make single rounds noisy). Sizes are fixed,
+  // not taken from the local slice size, so every rank posts the same.
   const auto& order = rings_[0];
   const size_t at = size_t(std::find(order.begin(), order.end(), rank_) - order.begin());
   const int next = order[(at + 1) % order.size()];
   const int prev = order[(at + order.size() - 1) % order.size()];
   constexpr size_t kSmall = 64;
-  const size_t large = 4 * sliceBytes_;
+  constexpr size_t kLarge = size_t(1) << 20;
   constexpr int kRounds = 11;
-  std::vector<std::byte> out(large, std::byte{1}), in(large);
+  std::vector<std::byte> out(kLarge, std::byte{1}), in(kLarge);
   auto shift = [&](size_t bytes, double* us) -> Status {
     OpDesc ops[2];
     ops[0].kind = OpKind::kSend;
@@ -501,9 +499,9 @@ Status Communicator::calibrate() {
       op.reduction.type = op.type;
     }
     const Clock::time_point start = Clock::now();
-    LOOM_TRY(runHeld(this, ops));
+    Status s = runInitOps(this, ops);
     *us = secondsSince(start) * 1e6;
-    return Status::ok();
+    return s.isOk() ? s : s.addContext("LOOM_CALIBRATE: a timed ring shift of " + std::to_string(bytes) + " bytes");
   };
   auto median = [](std::vector<double> v) {
     std::nth_element(v.begin(), v.begin() + ptrdiff_t(v.size() / 2), v.end());
@@ -511,40 +509,48 @@ Status Communicator::calibrate() {
   };
   // One size after the other: a rank that times a small shift while its
   // predecessor still sends a large one would measure the wait.
-  std::vector<double> small(kRounds), big(kRounds);
+  std::vector<double> small(kRounds), large(kRounds);
   double ignored = 0;
   for (int i = 0; i < 2; ++i) LOOM_TRY(shift(kSmall, &ignored));
   for (int i = 0; i < kRounds; ++i) LOOM_TRY(shift(kSmall, &small[size_t(i)]));
-  LOOM_TRY(shift(large, &ignored));
-  for (int i = 0; i < kRounds; ++i) LOOM_TRY(shift(large, &big[size_t(i)]));
-  // The slowest rank's times, so that every rank holds the same figures
-  // and picks the same algorithms.
-  double times[2] = {median(small), median(big)};
-  OpDesc agree;
-  agree.kind = OpKind::kAllReduce;
-  agree.sendbuf = times;
-  agree.recvbuf = times;
-  agree.count = 2;
-  agree.type = kernels::DataType::kFloat64;
-  agree.reduction.type = agree.type;
-  agree.reduction.op = kernels::RedOp::kMax;
-  LOOM_TRY(runHeld(this, std::span<const OpDesc>(&agree, 1)));
-  // t(small) = hop + message + small * beta; t(large) = hop + 4 messages +
-  // large * beta. Kept within 20x of the table's: a figure further off is
+  LOOM_TRY(shift(kLarge, &ignored));
+  for (int i = 0; i < kRounds; ++i) LOOM_TRY(shift(kLarge, &large[size_t(i)]));
+  // Every rank's figures and slice size over the bootstrap: each takes the
+  // slowest times, so all hold the same costs and pick the same algorithms.
+  struct Figures {
+    double smallUs, largeUs;
+    uint64_t sliceBytes;
+  };
+  std::vector<Figures> all(static_cast<size_t>(nranks_));
+  all[size_t(rank_)] = Figures{median(small), median(large), sliceBytes_};
+  Status s = bootstrap_->allGather(all.data(), sizeof(Figures), Deadline::afterSeconds(options_.initTimeoutS), &abort_);
+  if (!s.isOk()) return s.addContext("LOOM_CALIBRATE: sharing the measurements");
+  Figures worst = all[0];
+  for (const Figures& f : all) {
+    if (f.sliceBytes != worst.sliceBytes) {
+      LOOM_INFO(log::kTuning, "%s: LOOM_CALIBRATE ignored: the ranks use different slice sizes (%llu and %llu bytes)",
+                describe().c_str(), (unsigned long long)worst.sliceBytes, (unsigned long long)f.sliceBytes);
+      return Status::ok();
+    }
+    worst.smallUs = std::max(worst.smallUs, f.smallUs);
+    worst.largeUs = std::max(worst.largeUs, f.largeUs);
+  }
+  // t(small) = hop + message + small * beta; t(large) = hop + slices *
+  // message + large * beta. A beta of zero or less is noise: the table's
+  // stays. Kept within 20x of the table's, where a figure further off is
   // more likely a hiccup of the measurement than the machine.
   const LinkCost& table = tableCost(tuning_.links);
   LinkCost& cost = tuning_.costs[size_t(tuning_.links)];
-  const double slices = double((large + sliceBytes_ - 1) / sliceBytes_);
-  const double beta = (times[1] - times[0] - (slices - 1) * table.messageUs) / double(large - kSmall);
-  cost.usPerByte = std::clamp(beta, table.usPerByte / 20, table.usPerByte * 20);
-  const double hop = times[0] - table.messageUs - double(kSmall) * cost.usPerByte;
+  const double slices = double((kLarge + worst.sliceBytes - 1) / worst.sliceBytes);
+  const double beta = (worst.largeUs - worst.smallUs - (slices - 1) * table.messageUs) / double(kLarge - kSmall);
+  if (beta > 0) cost.usPerByte = std::clamp(beta, table.usPerByte / 20, table.usPerByte * 20);
+  const double hop = worst.smallUs - table.messageUs - double(kSmall) * cost.usPerByte;
   cost.hopUs = std::clamp(hop, table.hopUs / 20, table.hopUs * 20);
-  planCache_.clear();  // the agreeing AllReduce's plan came from the table
   LOOM_INFO(log::kTuning,
             "%s: calibrated %s links (ring shifts of %zu and %zu bytes, slowest rank: %.2f and %.2f us): "
             "hop %.2f us (table %.2f), %.3f GB/s per rank (table %.3f)",
-            describe().c_str(), linkClassName(tuning_.links), kSmall, large, times[0], times[1], cost.hopUs,
-            table.hopUs, 1e-3 / cost.usPerByte, 1e-3 / table.usPerByte);
+            describe().c_str(), linkClassName(tuning_.links), kSmall, kLarge, worst.smallUs, worst.largeUs,
+            cost.hopUs, table.hopUs, 1e-3 / cost.usPerByte, 1e-3 / table.usPerByte);
   return Status::ok();
 }
 
@@ -592,6 +598,7 @@ Status Communicator::waitReady() {
 }
 
 Status Communicator::stickyError() const {
+  if (!failed_.load()) return Status::ok();
   std::lock_guard<std::mutex> lock(errorMutex_);
   return error_;
 }

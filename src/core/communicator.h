@@ -279,8 +279,8 @@ class Communicator {
   Status finishInit();
   Status connectPeersAtInit();
   // LOOM_CALIBRATE, when every rank asks: alpha and beta of the ranks' link
-  // class from timed ring shifts, the slowest rank's, into tuning_. Runs
-  // with opMutex_ held, before any user operation.
+  // class from timed ring shifts, the slowest rank's, into tuning_. Runs at
+  // the end of the init, before the communicator is ready.
   Status calibrate();
   // Rings and trees from every rank's place (the init table), logged in
   // NCCL's GRAPH style; NCCL_TOPO_DUMP_FILE written by each host's first rank.

@@ -298,7 +298,9 @@ class Engine {
     if (cr.done()) return Status::ok();
     Communicator* comm = cr.comm;
     comm->pollNotices();
-    LOOM_TRY(comm->asyncError());
+    // Not asyncError(): the init's own operations (LOOM_CALIBRATE) run
+    // before the communicator is ready.
+    LOOM_TRY(comm->stickyError());
     if (cr.tasks[cr.current].board) LOOM_TRY(comm->latencyPath()->checkWaited(*comm));
     const double timeout = comm->timeoutS();
     const double stalled = secondsSince(lastProgress_);
@@ -517,7 +519,7 @@ Status runPlannedOps(std::vector<PendingOp> ops, const DeviceContext* device) {
   return Engine(std::move(runs), device).run();
 }
 
-Status runHeld(Communicator* comm, std::span<const OpDesc> ops) {
+Status runInitOps(Communicator* comm, std::span<const OpDesc> ops) {
   std::vector<CommRun> runs;
   runs.push_back(CommRun{comm, {}, 0, nullptr});
   LOOM_TRY(buildTasks(comm, ops, &runs[0].tasks));

@@ -54,8 +54,9 @@ Status runOps(std::vector<PendingOp> ops);
 // passes its DeviceContext: the buffers are device memory).
 Status runPlannedOps(std::vector<PendingOp> ops, const DeviceContext* device = nullptr);
 // Runs host-buffer operations of `comm` (collectives in order, point-to-point
-// calls merged, like a group) for a caller that holds comm->opMutex(): the
-// communicator's own work at the end of its init (LOOM_CALIBRATE).
-Status runHeld(Communicator* comm, std::span<const OpDesc> ops);
+// calls merged, like a group) on the calling thread, without its operation
+// lock: the communicator's own work at the end of its init, before it is
+// ready and before any user operation can run (LOOM_CALIBRATE).
+Status runInitOps(Communicator* comm, std::span<const OpDesc> ops);
 
 }  // namespace loom::core

@@ -43,8 +43,6 @@ class PlanCache {
     if (plans_.size() >= kMaxEntries) plans_.clear();
     plans_[key] = std::move(plan);
   }
-  // Forgets every plan (the cost model changed: LOOM_CALIBRATE).
-  void clear() { plans_.clear(); }
 
  private:
   struct Hash {
