@@ -82,15 +82,25 @@ bool LatencyPath::takes(const OpDesc& op) const {
   return bytes <= maxBytes_[size_t(index)];
 }
 
+bool LatencyPath::arrived() const {
+  // Inline data: the stamp sits on the line the data is read from.
+  if (inline_ && phase_ == Phase::kRead) return board_.inlineStamped(waiting_, want_);
+  return board_.seen(waiting_) >= want_;
+}
+
 bool LatencyPath::waitBriefly(bool cpusShared, int spinRounds) const {
-  if (board_.seen(waiting_) >= want_) return true;
+  if (arrived()) return true;
   // Every rank has a CPU: spin (pause-spins cost a fraction of an engine
   // round). Ranks share CPUs: the one we wait for may be waiting for ours,
   // so hand it over at once.
-  if (!cpusShared && board_.wait(waiting_, want_, spinRounds * 8, 0)) return true;
+  if (!cpusShared) {
+    const bool stamp = inline_ && phase_ == Phase::kRead;
+    if (stamp ? board_.waitInline(waiting_, want_, spinRounds * 8) : board_.wait(waiting_, want_, spinRounds * 8, 0))
+      return true;
+  }
   for (int i = 0; i < (cpusShared ? kSharedYields : kYields); ++i) {
     sched_yield();
-    if (board_.seen(waiting_) >= want_) return true;
+    if (arrived()) return true;
   }
   return false;
 }
@@ -108,15 +118,35 @@ void LatencyPath::start(const OpDesc& op) {
   s_ = ++seq_;
   phase_ = Phase::kClaim;
   waiting_ = -1;
+  // The largest contribution any rank writes (the same on every rank).
+  const size_t bytes = op.count * kernels::dataTypeSize(op.type);
+  inline_ = (op.kind == OpKind::kReduceScatter ? bytes * size_t(nranks_) : bytes) <= transport::shm::kBoardInlineBytes;
 }
 
 bool LatencyPath::allPublished(const std::vector<int>& peers, uint64_t want) {
   for (int q : peers) {
-    if (board_.seen(q) < want) {
+    uint64_t& known = known_[size_t(q)];
+    if (known >= want) continue;
+    known = board_.seen(q);
+    if (known < want) {
       waiting_ = q;
       want_ = want;
       return false;
     }
+  }
+  waiting_ = -1;
+  return true;
+}
+
+bool LatencyPath::allStamped(const std::vector<int>& peers) {
+  for (int q : peers) {
+    if (!board_.inlineStamped(q, s_)) {
+      waiting_ = q;
+      want_ = s_;
+      return false;
+    }
+    // It stamped s_ after it finished s_ - 1, which it published.
+    known_[size_t(q)] = std::max(known_[size_t(q)], s_ - 1);
   }
   waiting_ = -1;
   return true;
@@ -129,7 +159,7 @@ void LatencyPath::publish() {
   const size_t bytes = op.count * es;
   kernels::Reduction red = op.reduction;
   if (op.scalarPtr) std::memcpy(&red.scalar, op.scalarPtr, es);
-  std::byte* mine = board_.data(rank_, s_);
+  std::byte* mine = inline_ ? board_.inlineData(rank_, s_) : board_.data(rank_, s_);
   const auto* send = static_cast<const std::byte*>(op.sendbuf);
   // This rank's contribution (pre-multiplied for PreMulSum).
   const size_t contribution = op.kind == OpKind::kReduceScatter ? bytes * size_t(n)
@@ -140,6 +170,7 @@ void LatencyPath::publish() {
       kernels::reduce(red, mine, nullptr, 0, send, contribution / es, false);
     else std::memcpy(mine, send, contribution);
   }
+  if (inline_) board_.stampInline(rank_, s_);
   board_.publish(rank_, s_);
 }
 
@@ -159,19 +190,19 @@ void LatencyPath::finish() {
     case OpKind::kReduceScatter: {
       if (op.kind == OpKind::kReduce && rank_ != op.root) break;
       const size_t at = op.kind == OpKind::kReduceScatter ? size_t(rank_) * bytes : 0;
-      for (int q = 0; q < n; ++q) sources[q] = board_.data(q, s_) + at;
+      for (int q = 0; q < n; ++q) sources[q] = dataOf(q) + at;
       kernels::reduce(plain, recv, sources, n, nullptr, op.count, true);
       break;
     }
     case OpKind::kAllGather:
       for (int q = 0; q < n; ++q) {
         std::byte* dst = recv + size_t(q) * bytes;
-        const std::byte* src = q == rank_ ? send : board_.data(q, s_);
+        const std::byte* src = q == rank_ ? send : dataOf(q);
         if (dst != src) std::memcpy(dst, src, bytes);
       }
       break;
     case OpKind::kBroadcast: {
-      const std::byte* src = rank_ == op.root ? send : board_.data(op.root, s_);
+      const std::byte* src = rank_ == op.root ? send : dataOf(op.root);
       if (recv != src) std::memcpy(recv, src, bytes);
       break;
     }
@@ -193,8 +224,9 @@ bool LatencyPath::step(bool* progressed) {
     const OpDesc& op = op_;
     const bool readsAll = op.kind == OpKind::kAllReduce || op.kind == OpKind::kReduceScatter ||
                           op.kind == OpKind::kAllGather || (op.kind == OpKind::kReduce && rank_ == op.root);
-    if (readsAll && !allPublished(others_, s_)) return false;
-    if (op.kind == OpKind::kBroadcast && rank_ != op.root && board_.seen(op.root) < s_) {
+    if (readsAll && !(inline_ ? allStamped(others_) : allPublished(others_, s_))) return false;
+    if (op.kind == OpKind::kBroadcast && rank_ != op.root &&
+        !(inline_ ? board_.inlineStamped(op.root, s_) : board_.seen(op.root) >= s_)) {
       waiting_ = op.root;
       want_ = s_;
       return false;

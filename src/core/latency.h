@@ -68,6 +68,12 @@ class LatencyPath {
   // True when every rank of `peers` has published `want`; else notes the
   // first that has not (waiting_, want_).
   bool allPublished(const std::vector<int>& peers, uint64_t want);
+  // The same for an operation whose data travels inline: every rank of
+  // `peers` stamped s_.
+  bool allStamped(const std::vector<int>& peers);
+  // Whether what step() waits for (waiting_, want_) has arrived.
+  bool arrived() const;
+  const std::byte* dataOf(int q) const { return inline_ ? board_.inlineData(q, s_) : board_.data(q, s_); }
   void publish();  // this rank's contribution for the current operation
   void finish();   // the result, once what it reads is published
 
@@ -81,8 +87,12 @@ class LatencyPath {
   Phase phase_ = Phase::kDone;
   OpDesc op_{};
   uint64_t s_ = 0;      // its board sequence number
+  bool inline_ = false;  // its data fits the slots' inline lines (every rank's)
   int waiting_ = -1;    // the rank it waits for, and for which sequence
   uint64_t want_ = 0;
+  // Per rank: a sequence number it is known to have published (read from
+  // the board earlier), so that checks it passes cost no cache miss.
+  std::array<uint64_t, transport::shm::kBoardMaxMembers> known_{};
   // Per collective (collectiveIndex): the largest tuningBytes() run here.
   std::array<size_t, kCollectiveCount> maxBytes_{};
 };

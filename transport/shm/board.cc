@@ -24,10 +24,11 @@
 namespace loom::transport::shm {
 namespace {
 
-constexpr uint32_t kBoardVersion = 2;
+constexpr uint32_t kBoardVersion = 3;
 constexpr unsigned kSeals = F_SEAL_SHRINK | F_SEAL_GROW;
 
-// Page 0: header; page 1: one line per member; then the slots.
+// Page 0: header; page 1: one line per member; then the inline lines (one
+// per slot, whole pages); then the slots.
 struct BoardHeader {
   uint64_t magic;
   uint64_t nonce;
@@ -36,8 +37,13 @@ struct BoardHeader {
   uint32_t version;
 };
 
+size_t dataOffset(int members) {
+  const size_t inlineBytes = size_t(members) * kBoardSlots * 64;
+  return 2 * kPageBytes + (inlineBytes + kPageBytes - 1) / kPageBytes * kPageBytes;
+}
+
 size_t layoutBytes(int members, size_t slotBytes) {
-  return 2 * kPageBytes + size_t(members) * kBoardSlots * slotBytes;
+  return dataOffset(members) + size_t(members) * kBoardSlots * slotBytes;
 }
 
 Status boardError(const std::string& what, int err) {
@@ -96,7 +102,7 @@ Result<Board> Board::create(int members, size_t slotBytes) {
   std::atomic_thread_fence(std::memory_order_release);
   b.members_ = members;
   b.slotBytes_ = slotBytes;
-  b.dataOffset_ = 2 * kPageBytes;
+  b.dataOffset_ = dataOffset(members);
   b.nonce_ = nonce;
   b.leaderPid_ = int32_t(::getpid());
   return b;
@@ -141,7 +147,7 @@ Result<Board> Board::open(const BoardDescriptor& d) {
     return remoteError(path + " does not hold the announced board (its header differs)");
   b.members_ = d.members;
   b.slotBytes_ = size_t(d.slotBytes);
-  b.dataOffset_ = 2 * kPageBytes;
+  b.dataOffset_ = dataOffset(d.members);
   b.nonce_ = d.nonce;
   b.leaderPid_ = d.pid;
   return b;
@@ -195,6 +201,14 @@ void Board::publish(int member, uint64_t seq) const {
   // itself before its last look at the word is always seen (wait() mirrors it).
   l->seq.store(seq, std::memory_order_seq_cst);
   if (l->waiters.load(std::memory_order_seq_cst) != 0) futex(&l->seq, FUTEX_WAKE, INT_MAX, nullptr);
+}
+
+bool Board::waitInline(int m, uint64_t seq, int spins) const {
+  for (int i = 0; i < spins; ++i) {
+    if (inlineStamped(m, seq)) return true;
+    cpuRelax();
+  }
+  return inlineStamped(m, seq);
 }
 
 bool Board::wait(int m, uint64_t want, int spins, int sleepMs) const {

@@ -3,7 +3,8 @@
 //
 // Each member has a sequence word on a cache line of its own and
 // kBoardSlots data slots used in turn (operation s uses slot s %
-// kBoardSlots). A member writes its data for operation s into its slot,
+// kBoardSlots), each with a small line of its own for data that fits in
+// one cache line beside a stamp (inlineData). A member writes its data for operation s into its slot,
 // then publishes s; readers wait until a member's sequence reaches s and
 // read the slot. A member publishes s only after it finished operation s-1,
 // so once every member has published s - kBoardSlots + 1, nobody reads the
@@ -52,6 +53,9 @@ static_assert(std::is_trivially_copyable_v<BoardDescriptor>);
 inline constexpr uint64_t kBoardDescriptorMagic = 0x6472616F426D6F4CULL;  // "LomBoard"
 inline constexpr int kBoardMaxMembers = 64;
 inline constexpr int kBoardSlots = 8;  // per member
+// Data up to this size can travel on the slot's own cache line with its
+// stamp (see Board::inlineData): one line for a reader to fetch, not two.
+inline constexpr size_t kBoardInlineBytes = 56;
 
 class Board {
  public:
@@ -88,6 +92,20 @@ class Board {
     return static_cast<std::byte*>(map_.get()) + dataOffset_ +
            (size_t(member) * kBoardSlots + size_t(seq % kBoardSlots)) * slotBytes_;
   }
+  // Small data: each slot also has a cache line of its own holding up to
+  // kBoardInlineBytes and a stamp. The writer fills inlineData(), then
+  // stamps it with stampInline() before it publish()es `seq`; a reader
+  // that sees inlineStamped() reads the data from the line it just
+  // fetched. publish() still follows: slot reuse and sleepers use it.
+  std::byte* inlineData(int member, uint64_t seq) const { return inlineLine(member, seq)->data; }
+  void stampInline(int member, uint64_t seq) const {
+    inlineLine(member, seq)->stamp.store(seq, std::memory_order_release);
+  }
+  bool inlineStamped(int member, uint64_t seq) const {
+    return inlineLine(member, seq)->stamp.load(std::memory_order_acquire) == seq;
+  }
+  // Spins up to `spins` rounds until member `m` stamped `seq`.
+  bool waitInline(int m, uint64_t seq, int spins) const;
   // Member `member` finished writing its data for operation `seq`.
   void publish(int member, uint64_t seq) const;
   uint64_t seen(int member) const { return line(member)->seq.load(std::memory_order_acquire); }
@@ -102,9 +120,18 @@ class Board {
     std::atomic<int32_t> pid;       // the member's process (join)
     std::atomic<uint32_t> closed;   // 1: the member left
   };
+  struct alignas(64) InlineLine {
+    std::atomic<uint64_t> stamp;  // the operation whose data `data` holds
+    std::byte data[kBoardInlineBytes];
+  };
+  static_assert(sizeof(InlineLine) == 64);
   static_assert(std::atomic<uint64_t>::is_always_lock_free);
   void leave();
   Line* line(int m) const { return reinterpret_cast<Line*>(static_cast<std::byte*>(map_.get()) + kPageBytes) + m; }
+  InlineLine* inlineLine(int m, uint64_t seq) const {
+    return reinterpret_cast<InlineLine*>(static_cast<std::byte*>(map_.get()) + 2 * kPageBytes) +
+           (size_t(m) * kBoardSlots + size_t(seq % kBoardSlots));
+  }
 
   Mapping map_;
   int members_ = 0;
