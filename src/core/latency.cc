@@ -239,8 +239,7 @@ bool LatencyPath::step(bool* progressed) {
 }
 
 Status LatencyPath::checkWaited(Communicator& comm) const {
-  if (phase_ == Phase::kDone || waiting_ < 0 || board_.seen(waiting_) >= want_ || !board_.closed(waiting_))
-    return Status::ok();
+  if (phase_ == Phase::kDone || waiting_ < 0 || arrived() || !board_.closed(waiting_)) return Status::ok();
   return remoteError(comm.describePeer(waiting_) +
                      (board_.alive(waiting_) ? " left the communicator (destroyed or aborted)" : " exited") +
                      " during the operation");

@@ -62,8 +62,9 @@ class LatencyPath {
 
  private:
   LatencyPath(transport::shm::Board board, int rank, int nranks, const TuningContext& tuning);
-  // Spins or yields (finishSoon's budget) until the awaited rank has
-  // published; false when it has not.
+  // Spins or yields (finishSoon's budget) until what step() waits for has
+  // arrived (the awaited rank's sequence, or its stamp for inline data);
+  // false when it has not.
   bool waitBriefly(bool cpusShared, int spinRounds) const;
   // True when every rank of `peers` has published `want`; else notes the
   // first that has not (waiting_, want_).

@@ -4,16 +4,18 @@
 // Each member has a sequence word on a cache line of its own and
 // kBoardSlots data slots used in turn (operation s uses slot s %
 // kBoardSlots), each with a small line of its own for data that fits in
-// one cache line beside a stamp (inlineData). A member writes its data for operation s into its slot,
-// then publishes s; readers wait until a member's sequence reaches s and
-// read the slot. A member publishes s only after it finished operation s-1,
-// so once every member has published s - kBoardSlots + 1, nobody reads the
-// slot of s - kBoardSlots any more and it can be reused for s: a member that
-// only writes (a Broadcast's root) runs up to kBoardSlots - 1 operations
-// ahead of its readers. No system call on the fast path: publishing is a store,
+// one cache line beside a stamp (inlineData). A member writes its data for
+// operation s into its slot (or the slot's inline line, then stamps it with
+// s), then publishes s; readers wait until a member's sequence (or the
+// stamp) reaches s and read the slot (or the line they just fetched). A
+// member publishes s only after it finished operation s-1, so once every
+// member has published s - kBoardSlots + 1, nobody reads the slot of
+// s - kBoardSlots any more and it can be reused for s: a member that only
+// writes (a Broadcast's root) runs up to kBoardSlots - 1 operations ahead of
+// its readers. No system call on the fast path: publishing is a store,
 // waiting is a spin on a cache line. A waiter that runs out of spins sleeps
-// on a futex on the word's low half (FUTEX_WAIT on shared memory), and a
-// publisher calls FUTEX_WAKE only when it sees a sleeper.
+// on a futex on the sequence word's low half (FUTEX_WAIT on shared memory),
+// and a publisher calls FUTEX_WAKE only when it sees a sleeper.
 //
 // Setup: the leader create()s the segment (a sealed memfd, nothing in
 // /dev/shm) and ships describe() to the members, which open() it through

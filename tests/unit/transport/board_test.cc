@@ -84,6 +84,11 @@ TEST(Board, InlineLinesCarrySmallDataWithTheirStamp) {
   EXPECT_TRUE(leader->inlineStamped(1, 3 + kBoardSlots));
   EXPECT_FALSE(leader->inlineStamped(1, 3));
   EXPECT_EQ(leader->seen(1), 0u);  // stamping is not publishing
+  // The most members a board holds: their inline lines still end before
+  // the first slot.
+  auto full = Board::create(kBoardMaxMembers, 4096);
+  ASSERT_TRUE(full.isOk()) << full.status().message();
+  EXPECT_LE(full->inlineData(kBoardMaxMembers - 1, kBoardSlots - 1) + kBoardInlineBytes, full->data(0, 0));
 }
 
 TEST(Board, SleepingWaiterIsWokenByThePublisher) {
