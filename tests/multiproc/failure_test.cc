@@ -171,9 +171,10 @@ TEST_F(FailureTest, ShmSettingsThatDifferStillMeet) {
 }
 
 // LOOM_CALIBRATE on every rank: each measures, all adopt the slowest rank's
-// figures (the same line on every rank), and a checked AllReduce follows.
-// Set on one rank only, nobody measures (a rank that did would wait for
-// peers that never join) and the AllReduce still runs.
+// figures (the same line on every rank), and a checked AllReduce follows;
+// a non-blocking init reports success only after its rank calibrated. Set
+// on one rank only, nobody measures (a rank that did would wait for peers
+// that never join) and the AllReduce still runs.
 TEST_F(FailureTest, CalibrationRunsOnlyWhenEveryRankAsksAndAllAgree) {
   auto calibratedLine = [](const std::string& out) {
     const size_t at = out.find("calibrated ");
@@ -184,7 +185,7 @@ TEST_F(FailureTest, CalibrationRunsOnlyWhenEveryRankAsksAndAllAgree) {
     port_ = freeLoopbackPort();
     for (int r = 0; r < 3; ++r) {
       const bool asks = everyone || r == 0;
-      spawn({"init", "rank=" + std::to_string(r), "nranks=3"},
+      spawn({"init", "rank=" + std::to_string(r), "nranks=3", "nonblocking=" + std::to_string(r % 2)},
             commEnv({asks ? "LOOM_CALIBRATE=1" : "LOOM_CALIBRATE=0", "NCCL_DEBUG=INFO", "NCCL_DEBUG_SUBSYS=TUNING"}));
     }
     std::string first;
@@ -203,6 +204,9 @@ TEST_F(FailureTest, CalibrationRunsOnlyWhenEveryRankAsksAndAllAgree) {
       }
       ASSERT_NE(line, "") << out;
       EXPECT_NE(line.find("calibrated shm links"), std::string::npos) << line;
+      // Logged by the init before the communicator is ready (stdout and
+      // stderr share one pipe, in order).
+      EXPECT_LT(out.find("calibrated "), out.find("INIT ok")) << out;
       if (r == 0) first = line;
       else EXPECT_EQ(line, first) << "rank " << r << " adopted other figures than rank 0";
     }

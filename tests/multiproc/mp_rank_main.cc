@@ -91,7 +91,17 @@ ncclResult_t initComm(const Args& a, ncclComm_t* comm) {
     ncclResult_t rc = ncclGetUniqueId(&id);
     if (rc != ncclSuccess) return rc;
   }
-  return ncclCommInitRank(comm, nranks, id, rank);
+  if (!a.getInt("nonblocking", 0)) return ncclCommInitRank(comm, nranks, id, rank);
+  // Non-blocking: poll until the init is over, as NCCL programs do.
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  ncclResult_t rc = ncclCommInitRankConfig(comm, nranks, id, rank, &config);
+  ncclResult_t state = rc;
+  while (state == ncclInProgress) {
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+    if (ncclCommGetAsyncError(*comm, &state) != ncclSuccess) return ncclInternalError;
+  }
+  return rc == ncclInProgress || rc == ncclSuccess ? state : rc;
 }
 
 int runSuite(ncclComm_t comm, int rank, int n) {
