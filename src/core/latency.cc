@@ -83,9 +83,7 @@ bool LatencyPath::takes(const OpDesc& op) const {
 }
 
 bool LatencyPath::arrived() const {
-  // Inline data: the stamp sits on the line the data is read from.
-  if (inline_ && phase_ == Phase::kRead) return board_.inlineStamped(waiting_, want_);
-  return board_.seen(waiting_) >= want_;
+  return waitsForStamp() ? board_.inlineStamped(waiting_, want_) : board_.seen(waiting_) >= want_;
 }
 
 bool LatencyPath::waitBriefly(bool cpusShared, int spinRounds) const {
@@ -93,11 +91,9 @@ bool LatencyPath::waitBriefly(bool cpusShared, int spinRounds) const {
   // Every rank has a CPU: spin (pause-spins cost a fraction of an engine
   // round). Ranks share CPUs: the one we wait for may be waiting for ours,
   // so hand it over at once.
-  if (!cpusShared) {
-    const bool stamp = inline_ && phase_ == Phase::kRead;
-    if (stamp ? board_.waitInline(waiting_, want_, spinRounds * 8) : board_.wait(waiting_, want_, spinRounds * 8, 0))
-      return true;
-  }
+  if (!cpusShared && (waitsForStamp() ? board_.waitInline(waiting_, want_, spinRounds * 8)
+                                      : board_.wait(waiting_, want_, spinRounds * 8, 0)))
+    return true;
   for (int i = 0; i < (cpusShared ? kSharedYields : kYields); ++i) {
     sched_yield();
     if (arrived()) return true;
@@ -225,11 +221,10 @@ bool LatencyPath::step(bool* progressed) {
     const bool readsAll = op.kind == OpKind::kAllReduce || op.kind == OpKind::kReduceScatter ||
                           op.kind == OpKind::kAllGather || (op.kind == OpKind::kReduce && rank_ == op.root);
     if (readsAll && !(inline_ ? allStamped(others_) : allPublished(others_, s_))) return false;
-    if (op.kind == OpKind::kBroadcast && rank_ != op.root &&
-        !(inline_ ? board_.inlineStamped(op.root, s_) : board_.seen(op.root) >= s_)) {
+    if (op.kind == OpKind::kBroadcast && rank_ != op.root) {
       waiting_ = op.root;
       want_ = s_;
-      return false;
+      if (!arrived()) return false;
     }
     finish();
     phase_ = Phase::kDone;

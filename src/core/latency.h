@@ -72,8 +72,10 @@ class LatencyPath {
   // The same for an operation whose data travels inline: every rank of
   // `peers` stamped s_.
   bool allStamped(const std::vector<int>& peers);
-  // Whether what step() waits for (waiting_, want_) has arrived.
+  // Whether what step() waits for (waiting_, want_) has arrived, and
+  // whether that is a stamp (inline data being read) or a sequence.
   bool arrived() const;
+  bool waitsForStamp() const { return inline_ && phase_ == Phase::kRead; }
   const std::byte* dataOf(int q) const { return inline_ ? board_.inlineData(q, s_) : board_.data(q, s_); }
   void publish();  // this rank's contribution for the current operation
   void finish();   // the result, once what it reads is published
