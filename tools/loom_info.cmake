@@ -2,7 +2,7 @@
 # --plan and --algos use the planner (src/core), by the algorithms issue's leave.
 add_executable(loom-info ${CMAKE_CURRENT_LIST_DIR}/loom_info/main.cc ${CMAKE_CURRENT_LIST_DIR}/loom_info/flight.cc
                          ${CMAKE_CURRENT_LIST_DIR}/loom_info/plans.cc)
-target_link_libraries(loom-info PRIVATE loom_core loom_common loom_kernels)
+target_link_libraries(loom-info PRIVATE loom_core loom_common loom_kernels loom_topology)
 set_property(GLOBAL APPEND PROPERTY LOOM_TOOL_TARGETS loom-info)
 
 # loom-topo: the detected (or loaded) topology, its rings and trees, XML

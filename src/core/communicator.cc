@@ -401,17 +401,22 @@ void Communicator::scheduleFromTable() {
     layout.ranks.push_back(topology::RankPlace{it->second, p.numa, p.pciPath});
   }
   schedule_ = topology::buildSchedule(layout);
-  if (Status s = topology::checkSchedule(layout, schedule_); !s.isOk()) {
+  const Status checked = topology::checkSchedule(layout, schedule_);
+  if (!checked.isOk()) {
     // Not expected (the schedules are checked for many layouts in tests);
-    // rank order is always a valid ring.
+    // rank order is always a valid ring, and heaps over it valid trees.
     LOOM_WARN("%s: the topology's schedule is invalid (%s); using rank order", describe().c_str(),
-              s.message().c_str());
+              checked.message().c_str());
     schedule_.rings.assign(1, topology::Ring{});
     schedule_.rings[0].order.resize(size_t(nranks_));
     for (int r = 0; r < nranks_; ++r) schedule_.rings[0].order[size_t(r)] = r;
   }
   rings_.clear();
   for (const auto& ring : schedule_.rings) rings_.push_back(ring.order);
+  trees_.clear();
+  if (checked.isOk() && layout.hosts.size() > 1) {
+    for (const auto& tree : schedule_.trees) trees_.push_back(tree.parent);
+  }
   tuning_.nranks = nranks_;
   singleHost_ = layout.hosts.size() == 1;
   hostOf_.clear();

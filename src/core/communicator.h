@@ -246,6 +246,9 @@ class Communicator {
   size_t sliceBytes() const { return sliceBytes_; }
   // The host of each rank (0..hosts-1, in the order ranks name them), set at init.
   std::span<const int> hostOf() const { return hostOf_; }
+  // The topology's two trees as each rank's parent, when the ranks span
+  // hosts (empty on one host: PlanParams::trees), set at init.
+  std::span<const std::vector<int>> trees() const { return trees_; }
   // True when this host's ranks outnumber the CPUs this process may use.
   bool cpusShared() const { return cpusShared_; }
   // The shared-memory board for small collectives, or null (use under opMutex).
@@ -320,6 +323,7 @@ class Communicator {
   int spinRounds_ = 64;
   size_t sliceBytes_ = 512 * 1024;
   std::vector<int> hostOf_;
+  std::vector<std::vector<int>> trees_;
   bool cpusShared_ = false;
   bool singleHost_ = false;  // every rank on this host (from the shared table)
   PlanCache planCache_;

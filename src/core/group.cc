@@ -126,6 +126,7 @@ Status buildTasks(Communicator* comm, std::span<const OpDesc> ops, std::vector<T
   params.channels = comm->nchannels();
   params.rings = comm->rings();
   params.hostOf = comm->hostOf();
+  params.trees = comm->trees();
   std::vector<OpDesc> p2p;
   for (const OpDesc& op : ops) {
     if (isPointToPoint(op.kind)) {

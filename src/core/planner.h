@@ -26,6 +26,10 @@ struct PlanParams {
   int ringIndex = 0;  // which ring a one-channel plan follows
   // The host of each rank (0..hosts-1), for hierarchical plans; empty: one host.
   std::span<const int> hostOf{};
+  // The topology's two trees when the ranks span hosts (each rank's parent,
+  // -1 at the root); channel c follows trees[c % size]. Empty: the tree
+  // algorithms use heaps over the ring order (core/algorithms/tree_common.h).
+  std::span<const std::vector<int>> trees{};
   Algorithm algorithm = Algorithm::kRing;  // chosen by core/tuning.h
 };
 

@@ -36,6 +36,16 @@ constexpr int kDeviceMaxRanksPerHost = 30;
 
 double largestPowerOfTwo(double n) { return std::exp2(std::floor(std::log2(n))); }
 
+// Hops from a tree's root to its deepest rank: a heap on one host; across
+// hosts the topology's trees (core/algorithms/tree_common.h), binary over
+// the hosts, each host's ranks a chain below its head.
+double treeDepth(const TuningContext& ctx) {
+  const int n = std::max(1, ctx.nranks);
+  if (ctx.hosts < 2) return std::ceil(std::log2(double(n)));
+  const int perHost = ctx.ranksPerHost > 0 ? ctx.ranksPerHost : (n + ctx.hosts - 1) / ctx.hosts;
+  return std::floor(std::log2(double(ctx.hosts))) + (perHost - 1);
+}
+
 // Halving-doubling among n ranks on a vector of v bytes (halving_common.h):
 // sequential rounds per slice (two more when n is not a power of two, for
 // the ranks beyond it), and the bytes the busiest rank sends and folds.
@@ -304,7 +314,7 @@ double estimateUs(Algorithm a, OpKind kind, size_t bytes, const TuningContext& c
         // Up and down the tree, the slices pipelined behind each other; an
         // inner node takes two messages and sends one per slice going up,
         // the reverse coming down, and folds three vectors.
-        const double depth = std::ceil(std::log2(n));
+        const double depth = treeDepth(ctx);
         const double slices = std::max(1.0, std::ceil(s / sliceBytes));
         hops = 2 * depth + (slices - 1);
         messages = 6 * slices;
@@ -343,7 +353,7 @@ double estimateUs(Algorithm a, OpKind kind, size_t bytes, const TuningContext& c
         // byte twice (Broadcast), or takes two messages and folds three
         // vectors (Reduce).
         const double slices = std::max(1.0, std::ceil(s / sliceBytes));
-        hops = std::ceil(std::log2(n)) + (slices - 1);
+        hops = treeDepth(ctx) + (slices - 1);
         messages = (kind == OpKind::kBroadcast ? 2 : 3) * slices;
         sent = kind == OpKind::kBroadcast ? 2 * s : s;
         folded = kind == OpKind::kReduce ? 3 * s : 0;

@@ -185,7 +185,10 @@ def test_suite(args, cluster, logdir, checks):
     n, per = args.hosts * args.ranks_per_host, args.ranks_per_host
     env = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,GRAPH,TUNING", "LOOM_TIMEOUT_S": "60"}
     if args.algo:
-        env["NCCL_ALGO"] = "allreduce:" + args.algo
+        # Tree also runs Broadcast and Reduce (on the topology's trees, hung
+        # from their roots).
+        kinds = ["allreduce", "broadcast", "reduce"] if args.algo == "tree" else ["allreduce"]
+        env["NCCL_ALGO"] = ";".join("%s:%s" % (k, args.algo) for k in kinds)
     procs = start_ranks(cluster, args, "suite", [], env, logdir)
     if not checks.expect(wait_all(procs, 120), "the suite did not end within 120 s"):
         return
@@ -329,7 +332,7 @@ def main():
     ap.add_argument("--hosts", type=int, default=2)
     ap.add_argument("--ranks-per-host", type=int, default=2)
     ap.add_argument("--keep-logs", action="store_true")
-    ap.add_argument("--algo", help="suite: NCCL_ALGO for AllReduce (allreduce:NAME)")
+    ap.add_argument("--algo", help="suite: NCCL_ALGO for AllReduce (allreduce:NAME; tree: Broadcast and Reduce too)")
     args = ap.parse_args()
     if os.geteuid() != 0:
         print("SKIP: network namespaces need root")

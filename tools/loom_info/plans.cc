@@ -10,6 +10,7 @@
 #include "core/planner.h"
 #include "core/tuning.h"
 #include "kernels/datatype.h"
+#include "topology/schedule.h"
 
 namespace loom::info {
 namespace {
@@ -119,6 +120,20 @@ int printPlan(int argc, char** argv) {
   params.sliceBytes = hosts > 1 ? ctx.sliceBytes
                                 : size_t(std::max<int64_t>(settings::current()->getInt("NCCL_BUFFSIZE") / 8, 64 * 1024));
   params.hostOf = hostOf;
+  // Across hosts, the rings and trees a communicator would take from the
+  // topology's schedule (hosts with no NIC data, each rank on NUMA node 0).
+  std::vector<std::vector<int>> rings, trees;
+  if (hosts > 1) {
+    topology::Layout layout;
+    layout.hosts.resize(size_t(hosts));
+    for (int h = 0; h < hosts; ++h) layout.hosts[size_t(h)].name = "host" + std::to_string(h);
+    for (int r = 0; r < nranks; ++r) layout.ranks.push_back(topology::cpuRank(hostOf[size_t(r)], 0));
+    const topology::Schedule schedule = topology::buildSchedule(layout);
+    for (const auto& ring : schedule.rings) rings.push_back(ring.order);
+    for (const auto& tree : schedule.trees) trees.push_back(tree.parent);
+    params.rings = rings;
+    params.trees = trees;
+  }
   if (algo) {
     if (!std::strcmp(algo, "ring") || !std::strcmp(algo, "chain")) params.algorithm = Algorithm::kRing;
     else if (!std::strcmp(algo, "direct")) params.algorithm = Algorithm::kDirect;

@@ -1,11 +1,13 @@
 // Tree AllReduce: each slice is folded up a binary tree (a node folds its
 // children's partial sums into its own input and sends the result to its
 // parent) and the root's result is sent back down it, the slices pipelined
-// through the tree's levels: 2 log2(n) hops instead of the ring's 2(n-1).
+// through the tree's levels: 2 log2(n) hops on one host instead of the
+// ring's 2(n-1).
 //
-// The tree (tree_common.h) is rooted at the ring's first rank; with two
-// channels (NCCL_MIN_NCHANNELS=2) the halves of the vector take mirrored
-// trees and share the work as NCCL's double binary tree does.
+// The trees (tree_common.h): across hosts the topology's two trees, on one
+// host a heap rooted at the ring's first rank. With two channels
+// (NCCL_MIN_NCHANNELS=2) the halves of the vector take the two trees and
+// share the work as NCCL's double binary tree does.
 //
 // Two streams: "up" (this rank's fold and its send to the parent; the
 // root's fold and its sends to its children) and "down" (the receive from
@@ -29,7 +31,7 @@ Plan allReduceTree(const OpDesc& op, const PlanParams& p) {
     up.push_back(ring::soloAllReduce(op));
     return plan;
   }
-  const tree::TreeView tree(p, ring::RingView(p).rankAt(0));
+  const tree::TreeView tree(p, tree::kOwnRoot);
   const int parent = tree.parent();
   const std::vector<int> children = tree.children();
   ring::forEachSlice(op, p.sliceBytes, [&](Range c) {

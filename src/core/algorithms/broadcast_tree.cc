@@ -1,8 +1,9 @@
-// Tree Broadcast: slices go down a binary tree rooted at the root
-// (tree_common.h), each rank storing a slice and sending it on to its
-// children: log2(n) hops instead of the chain's n-1, each inner rank
-// sending every byte twice. Pipelined: a rank forwards slice s while slice
-// s+1 comes in.
+// Tree Broadcast: slices go down a tree hung from the root (tree_common.h),
+// each rank storing a slice and sending it on to its children: on one host
+// log2(n) hops instead of the chain's n-1, each inner rank sending every
+// byte twice; across hosts the topology's tree, which crosses each host
+// boundary once. Pipelined: a rank forwards slice s while slice s+1 comes
+// in.
 #include "core/algorithms/tree_common.h"
 
 namespace loom::core {
@@ -20,7 +21,7 @@ Plan broadcastTree(const OpDesc& op, const PlanParams& p) {
     const size_t bytes = sl.size() * es;
     const BufRef result = at(kRecvBuf, sl.begin, es);
     // Store the slice (from the input at the root, from the parent
-    // elsewhere) and send it to the first child; then to the second.
+    // elsewhere) and send it to the first child; then to the others.
     Step first{.out = result, .bytes = bytes};
     if (parent < 0) first.local = at(kSendBuf, sl.begin, es);
     else first.recvPeer = parent;

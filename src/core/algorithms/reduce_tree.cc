@@ -1,7 +1,8 @@
-// Tree Reduce: slices are folded up a binary tree rooted at the root
+// Tree Reduce: slices are folded up a tree hung from the root
 // (tree_common.h): a rank folds its children's partial results into its
-// own input and sends that to its parent; the root keeps the result.
-// log2(n) hops instead of the chain's n-1, pipelined slice by slice. Folds
+// own input and sends that to its parent; the root keeps the result. On
+// one host log2(n) hops instead of the chain's n-1; across hosts the
+// topology's tree. Pipelined slice by slice. Folds
 // follow the tree, not rank order: never under LOOM_DETERMINISTIC. Host
 // buffers only (fan-in steps).
 #include "core/algorithms/tree_common.h"

@@ -65,7 +65,8 @@ void sizes(const Case& c, size_t* sendElems, size_t* recvElems) {
 int64_t input(int r, size_t i) { return int64_t((r * 7 + i * 3) % 5) - 1; }
 
 void runCase(const Case& c, size_t sliceBytes, int channels = 1,
-             std::span<const std::vector<int>> rings = {}, std::span<const int> hostOf = {}) {
+             std::span<const std::vector<int>> rings = {}, std::span<const int> hostOf = {},
+             std::span<const std::vector<int>> trees = {}) {
   SCOPED_TRACE(caseName(c));
   const int n = c.nranks;
   const int root = n > 2 ? 2 : 0;
@@ -105,6 +106,7 @@ void runCase(const Case& c, size_t sliceBytes, int channels = 1,
     p.channels = channels;
     p.rings = rings;
     p.hostOf = hostOf;
+    p.trees = trees;
     p.channelMinBytes = 512;  // small vectors spread over channels too
     p.algorithm = c.algorithm;
     bool p2p = c.kind == OpKind::kAllToAll || c.kind == OpKind::kGather || c.kind == OpKind::kScatter;
@@ -241,6 +243,67 @@ TEST(PlanSimulator, TreeAlgorithms) {
         runCase(Case{kind, n, 4099, op, n == 3, Algorithm::kTree}, 1024, n == 6 ? 2 : 1);
         if (HasFatalFailure()) return;
       }
+}
+
+// Across hosts the tree algorithms run on the topology's two trees
+// (PlanParams::trees): H hosts x R ranks, in blocks or interleaved, every
+// kind, one and two channels. Every message goes along an edge of the tree
+// its channel follows (hung from a Broadcast's or Reduce's root, the same
+// edges), so a host boundary is crossed only where the tree crosses it, and
+// every element comes out right.
+TEST(PlanSimulator, TreesAcrossHostsAreTheTopologys) {
+  for (int H : {2, 3, 4, 5, 7})
+    for (int R : {1, 2, 3}) {
+      for (bool interleaved : {false, true}) {
+        const int n = H * R;
+        topology::Layout layout;
+        layout.hosts.resize(size_t(H));
+        std::vector<int> hostOf;
+        for (int r = 0; r < n; ++r) {
+          hostOf.push_back(interleaved ? r % H : r / R);
+          layout.ranks.push_back(topology::cpuRank(hostOf.back(), 0));
+        }
+        const topology::Schedule schedule = topology::buildSchedule(layout);
+        ASSERT_TRUE(topology::checkSchedule(layout, schedule).isOk());
+        std::vector<std::vector<int>> rings, trees;
+        for (const auto& ring : schedule.rings) rings.push_back(ring.order);
+        for (const auto& tree : schedule.trees) trees.push_back(tree.parent);
+        SCOPED_TRACE("hosts " + std::to_string(H) + " x " + std::to_string(R) + (interleaved ? " interleaved" : ""));
+        for (OpKind kind : {OpKind::kAllReduce, OpKind::kBroadcast, OpKind::kReduce})
+          for (size_t count : {size_t(0), size_t(1), size_t(7), size_t(4099)})
+            for (int channels : {1, 2}) {
+              runCase(Case{kind, n, count, RedOp::kSum, count == 7, Algorithm::kTree}, 256, channels, rings, hostOf,
+                      trees);
+              if (HasFatalFailure()) return;
+              OpDesc op;
+              op.kind = kind;
+              op.count = count;
+              op.type = DataType::kInt64;
+              op.root = n > 2 ? 2 : 0;
+              op.reduction = kernels::Reduction{DataType::kInt64, RedOp::kSum, 0, 1};
+              for (int r = 0; r < n; ++r) {
+                PlanParams p{r, n, 256};
+                p.channels = channels;
+                p.channelMinBytes = 512;
+                p.rings = rings;
+                p.hostOf = hostOf;
+                p.trees = trees;
+                p.algorithm = Algorithm::kTree;
+                auto plan = planCollective(op, p);
+                ASSERT_TRUE(plan.isOk()) << plan.status().message();
+                for (const Stream& stream : plan.value().streams)
+                  for (const Step& step : stream.steps)
+                    step.forEachPeer([&](int peer) {
+                      const auto& parent = trees[size_t(stream.channel) % trees.size()];
+                      EXPECT_TRUE(parent[size_t(r)] == peer || parent[size_t(peer)] == r)
+                          << "rank " << r << " talks to rank " << peer << " on channel " << stream.channel
+                          << ", not a neighbour in tree " << stream.channel % 2;
+                    });
+              }
+              if (HasFailure()) return;
+            }
+      }
+    }
 }
 
 // Recursive-doubling AllReduce: powers of two and the ranks beyond them,
