@@ -5,11 +5,12 @@
 #include <cstdio>
 
 #include "common/log.h"
+#include "common/spin_mutex.h"
 
 namespace loom::api {
 namespace {
 
-std::mutex gMutex;  // guards gComms and gLastError
+SpinMutex gMutex;  // guards gComms and gLastError
 std::set<const ncclComm*> gComms;
 std::string gLastError;
 
@@ -23,19 +24,19 @@ void recordError(const char* func, const Status& status) {
                                ? " " + status.toString().substr(status.message().size())
                                : ""))
                       .c_str());
-  std::lock_guard<std::mutex> lock(gMutex);
+  std::lock_guard<SpinMutex> lock(gMutex);
   gLastError = std::move(text);
 }
 
 const char* lastError() {
-  std::lock_guard<std::mutex> lock(gMutex);
+  std::lock_guard<SpinMutex> lock(gMutex);
   thread_local std::string copy;
   copy = gLastError;
   return copy.c_str();
 }
 
 void registerComm(ncclComm* comm) {
-  std::lock_guard<std::mutex> lock(gMutex);
+  std::lock_guard<SpinMutex> lock(gMutex);
   gComms.insert(comm);
 }
 
@@ -57,7 +58,7 @@ Status forked(const char* arg, const core::Communicator& c) {
 
 Result<core::CommRef> lookup(const ncclComm* comm, const char* arg) {
   if (!comm) return invalidArgument(std::string(arg) + " is NULL");
-  std::lock_guard<std::mutex> lock(gMutex);
+  std::lock_guard<SpinMutex> lock(gMutex);
   if (!gComms.count(comm) || !comm->impl) return notLive(arg);
   core::Communicator* c = comm->impl.get();
   if (c->forkedAway()) return forked(arg, *c);
@@ -66,7 +67,7 @@ Result<core::CommRef> lookup(const ncclComm* comm, const char* arg) {
 }
 
 Result<ncclComm*> takeHandle(const ncclComm* comm) {
-  std::lock_guard<std::mutex> lock(gMutex);
+  std::lock_guard<SpinMutex> lock(gMutex);
   if (!gComms.count(comm) || !comm->impl) return notLive("comm");
   if (comm->impl->forkedAway()) return forked("comm", *comm->impl);
   gComms.erase(comm);

@@ -177,26 +177,31 @@ Communicator::~Communicator() {
 }
 
 bool Communicator::tryPin() {
-  std::lock_guard<std::mutex> lock(pinMutex_);
-  if (closing_) return false;
-  ++pins_;
+  if (pins_.fetch_add(1, std::memory_order_acquire) & kClosing) {
+    unpin();
+    return false;
+  }
   return true;
 }
 
-void Communicator::addPin() {
-  std::lock_guard<std::mutex> lock(pinMutex_);
-  ++pins_;
-}
+void Communicator::addPin() { pins_.fetch_add(1, std::memory_order_relaxed); }
 
 void Communicator::unpin() {
+  int64_t v = pins_.load(std::memory_order_relaxed);
+  while (!(v & kClosing)) {
+    if (pins_.compare_exchange_weak(v, v - 1, std::memory_order_acq_rel)) return;
+  }
+  // Closing: drop the pin under the lock, so that the closer (which checks
+  // the count under it) cannot see the last pin gone and free this
+  // communicator before this call is done with it.
   std::lock_guard<std::mutex> lock(pinMutex_);
-  if (--pins_ == 0) pinCv_.notify_all();
+  if (pins_.fetch_sub(1, std::memory_order_acq_rel) - 1 == kClosing) pinCv_.notify_all();
 }
 
 bool Communicator::closeAndWait(double seconds) {
   std::unique_lock<std::mutex> lock(pinMutex_);
-  closing_ = true;
-  return pinCv_.wait_for(lock, std::chrono::duration<double>(seconds), [this] { return pins_ == 0; });
+  pins_.fetch_or(kClosing, std::memory_order_acq_rel);
+  return pinCv_.wait_for(lock, std::chrono::duration<double>(seconds), [this] { return pins_.load() == kClosing; });
 }
 
 void Communicator::addDependent(Communicator* child, bool abortIfAborted) {

@@ -346,10 +346,13 @@ class Communicator {
   net::UniqueFd wakeFd_;
   std::thread initThread_;  // joined by the destructor only
   std::unique_ptr<RootServer> root_;  // NCCL_COMM_ID rank 0's rendezvous
+  // Pins held, plus kClosing once close has begun: taking and dropping a
+  // pin is one atomic add on every operation. pinMutex_ and pinCv_ only
+  // wake closeAndWait() when the last pin goes.
+  static constexpr int64_t kClosing = int64_t(1) << 40;
+  std::atomic<int64_t> pins_{0};
   std::mutex pinMutex_;
   std::condition_variable pinCv_;
-  int pins_ = 0;
-  bool closing_ = false;
   std::mutex dependentsMutex_;
   std::vector<Communicator*> dependents_;
   std::mutex splitMutex_;

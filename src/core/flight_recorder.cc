@@ -40,7 +40,7 @@ const char* flightStateName(FlightRecorder::State s) {
 uint64_t FlightRecorder::record(const Entry& e, bool running) {
   if (capacity_ == 0) return 0;
   const int64_t now = wallMicros();
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<SpinMutex> lock(mutex_);
   if (ring_.empty()) ring_.resize(capacity_);
   const uint64_t id = ++recorded_;
   Entry& slot = ring_[(id - 1) % capacity_];
@@ -60,7 +60,7 @@ FlightRecorder::Entry* FlightRecorder::find(uint64_t id) {
 void FlightRecorder::started(uint64_t id) {
   if (id == 0) return;  // not recorded (capacity 0)
   const int64_t now = wallMicros();
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<SpinMutex> lock(mutex_);
   if (Entry* e = find(id)) {
     e->state = State::kRunning;
     e->startUs = now;
@@ -70,7 +70,7 @@ void FlightRecorder::started(uint64_t id) {
 void FlightRecorder::finished(uint64_t id, bool ok) {
   if (id == 0) return;
   const int64_t now = wallMicros();
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<SpinMutex> lock(mutex_);
   if (Entry* e = find(id)) {
     e->state = ok ? State::kDone : State::kFailed;
     e->endUs = now;
@@ -78,17 +78,17 @@ void FlightRecorder::finished(uint64_t id, bool ok) {
 }
 
 void FlightRecorder::setIdentity(Identity id) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<SpinMutex> lock(mutex_);
   id_ = std::move(id);
 }
 
 bool FlightRecorder::identified() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<SpinMutex> lock(mutex_);
   return id_.nranks > 0;
 }
 
 std::vector<FlightRecorder::Entry> FlightRecorder::snapshot() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<SpinMutex> lock(mutex_);
   std::vector<Entry> out;
   const uint64_t first = recorded_ > capacity_ ? recorded_ - capacity_ + 1 : 1;
   for (uint64_t id = first; id <= recorded_ && capacity_ > 0; ++id) out.push_back(ring_[(id - 1) % capacity_]);
@@ -119,7 +119,7 @@ std::string quoted(const std::string& s) {
 std::string FlightRecorder::toJson(const std::string& reason) const {
   Identity id;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<SpinMutex> lock(mutex_);
     id = id_;
   }
   char buf[512];
@@ -142,7 +142,7 @@ Result<std::string> FlightRecorder::dump(const std::string& dir, const std::stri
   int rank = 0;
   uint64_t comm = 0;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<SpinMutex> lock(mutex_);
     rank = id_.rank;
     comm = id_.commHash;
   }

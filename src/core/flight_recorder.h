@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "common/spin_mutex.h"
 #include "common/status.h"
 
 namespace loom::core {
@@ -73,7 +74,7 @@ class FlightRecorder {
   Entry* find(uint64_t id);  // nullptr once overwritten; mutex_ held
 
   const size_t capacity_;
-  mutable std::mutex mutex_;
+  mutable SpinMutex mutex_;
   std::vector<Entry> ring_;
   uint64_t recorded_ = 0;  // ids are 1..recorded_
   Identity id_;
