@@ -38,12 +38,16 @@ double largestPowerOfTwo(double n) { return std::exp2(std::floor(std::log2(n)));
 
 // Hops from a tree's root to its deepest rank: a heap on one host; across
 // hosts the topology's trees (core/algorithms/tree_common.h), binary over
-// the hosts, each host's ranks a chain below its head.
-double treeDepth(const TuningContext& ctx) {
+// the hosts, each host's ranks a chain below its head. `rooted`: hung from
+// a Broadcast's or Reduce's root, which may sit at the end of a chain on a
+// leaf host: the path can climb to the top and go down again (hosts of
+// unequal size count as the average: an estimate).
+double treeDepth(const TuningContext& ctx, bool rooted) {
   const int n = std::max(1, ctx.nranks);
   if (ctx.hosts < 2) return std::ceil(std::log2(double(n)));
   const int perHost = ctx.ranksPerHost > 0 ? ctx.ranksPerHost : (n + ctx.hosts - 1) / ctx.hosts;
-  return std::floor(std::log2(double(ctx.hosts))) + (perHost - 1);
+  const double down = std::floor(std::log2(double(ctx.hosts))) + (perHost - 1);
+  return rooted ? 2 * down : down;
 }
 
 // Halving-doubling among n ranks on a vector of v bytes (halving_common.h):
@@ -313,8 +317,9 @@ double estimateUs(Algorithm a, OpKind kind, size_t bytes, const TuningContext& c
       if (a == Algorithm::kTree) {
         // Up and down the tree, the slices pipelined behind each other; an
         // inner node takes two messages and sends one per slice going up,
-        // the reverse coming down, and folds three vectors.
-        const double depth = treeDepth(ctx);
+        // the reverse coming down, and folds three vectors (a host's head
+        // in the topology's trees has up to three children: a little more).
+        const double depth = treeDepth(ctx, false);
         const double slices = std::max(1.0, std::ceil(s / sliceBytes));
         hops = 2 * depth + (slices - 1);
         messages = 6 * slices;
@@ -353,7 +358,7 @@ double estimateUs(Algorithm a, OpKind kind, size_t bytes, const TuningContext& c
         // byte twice (Broadcast), or takes two messages and folds three
         // vectors (Reduce).
         const double slices = std::max(1.0, std::ceil(s / sliceBytes));
-        hops = treeDepth(ctx) + (slices - 1);
+        hops = treeDepth(ctx, true) + (slices - 1);
         messages = (kind == OpKind::kBroadcast ? 2 : 3) * slices;
         sent = kind == OpKind::kBroadcast ? 2 * s : s;
         folded = kind == OpKind::kReduce ? 3 * s : 0;

@@ -1,4 +1,4 @@
-// Tree AllReduce: each slice is folded up a binary tree (a node folds its
+// Tree AllReduce: each slice is folded up a tree (a node folds its
 // children's partial sums into its own input and sends the result to its
 // parent) and the root's result is sent back down it, the slices pipelined
 // through the tree's levels: 2 log2(n) hops on one host instead of the

@@ -27,10 +27,7 @@ class TreeView {
  public:
   TreeView(const PlanParams& p, int root) {
     const int n = p.nranks;
-    if (!p.trees.empty() && int(p.trees[size_t(p.ringIndex) % p.trees.size()].size()) == n) {
-      fromLinks(p.trees[size_t(p.ringIndex) % p.trees.size()], p.rank, root);
-      return;
-    }
+    if (!p.trees.empty() && fromLinks(p.trees[size_t(p.ringIndex) % p.trees.size()], n, p.rank, root)) return;
     const ring::RingView ring(p);
     const int rootPos = ring.position(root == kOwnRoot ? ring.rankAt(0) : root);
     const bool mirrored = p.ringIndex % 2 == 1;
@@ -51,14 +48,20 @@ class TreeView {
   // Walks the tree's edges from `root` (kOwnRoot: the tree's root) to find
   // this rank's parent and children in the tree hung from there. A rank's
   // neighbours are taken in a fixed order (its old parent, then its old
-  // children), so every rank derives the same tree.
-  void fromLinks(const std::vector<int>& parentOf, int self, int root) {
-    const int n = int(parentOf.size());
+  // children), so every rank derives the same tree. False (the heap is
+  // used) for links that are not one tree over the ranks: communicators
+  // pass only schedules that checkSchedule() accepted.
+  bool fromLinks(const std::vector<int>& parentOf, int n, int self, int root) {
+    if (int(parentOf.size()) != n || self < 0 || self >= n || root >= n) return false;
     std::vector<std::vector<int>> next(static_cast<size_t>(n));
+    int roots = 0;
     for (int r = 0; r < n; ++r) {
-      if (root == kOwnRoot && parentOf[size_t(r)] < 0) root = r;
-      if (parentOf[size_t(r)] >= 0) next[size_t(r)].push_back(parentOf[size_t(r)]);
+      const int p = parentOf[size_t(r)];
+      if (p >= n || p < -1) return false;
+      if (p == -1 && ++roots == 1 && root == kOwnRoot) root = r;
+      if (p >= 0) next[size_t(r)].push_back(p);
     }
+    if (roots != 1 || root < 0) return false;
     for (int r = 0; r < n; ++r)
       if (parentOf[size_t(r)] >= 0) next[size_t(parentOf[size_t(r)])].push_back(r);
     std::vector<int> up(size_t(n), -2);  // -2: not reached yet
@@ -71,9 +74,11 @@ class TreeView {
         queue.push_back(v);
       }
     }
+    if (queue.size() != size_t(n)) return false;  // not connected, or a cycle
     parent_ = up[size_t(self)];
     for (int v : next[size_t(self)])
       if (v != parent_) children_.push_back(v);
+    return true;
   }
 
   int parent_ = -1;

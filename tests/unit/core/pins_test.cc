@@ -25,7 +25,12 @@ TEST(Pins, CloseWaitsForTheLastPinAndRefusesNewOnes) {
     closed = true;
   });
   // Closing has begun once new pins are refused.
-  while (c->tryPin()) c->unpin();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (c->tryPin()) {
+    c->unpin();
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "close never began refusing pins";
+    std::this_thread::yield();
+  }
   c->unpin();
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   EXPECT_FALSE(closed.load()) << "close returned with a pin still held";
@@ -48,20 +53,24 @@ TEST(Pins, CloseGivesUpAfterItsTimeout) {
 TEST(Pins, ManyThreadsAgainstOneClose) {
   auto c = std::make_unique<Communicator>(CommOptions{});
   std::atomic<bool> closing{false};
-  std::atomic<int> lateTaken{0};
+  std::atomic<int> lateTaken{0}, held{0};
   std::vector<std::thread> users;
   for (int t = 0; t < 4; ++t) {
     users.emplace_back([&] {
       for (int i = 0; i < 20000; ++i) {
         const bool after = closing.load();
         if (!c->tryPin()) continue;
+        ++held;
         if (after) ++lateTaken;
+        std::this_thread::yield();
+        --held;
         c->unpin();
       }
     });
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(5));
   ASSERT_TRUE(c->closeAndWait(30));
+  EXPECT_EQ(held.load(), 0) << "close returned while pins were held";
   closing = true;
   for (auto& u : users) u.join();
   EXPECT_EQ(lateTaken.load(), 0);

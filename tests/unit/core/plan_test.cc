@@ -306,6 +306,20 @@ TEST(PlanSimulator, TreesAcrossHostsAreTheTopologys) {
     }
 }
 
+// Links that are not one tree over the ranks (two roots, a cycle, a rank
+// out of range) are not followed: the heaps are, and results stay right.
+TEST(PlanSimulator, MalformedTreesFallBackToHeaps) {
+  const std::vector<std::vector<int>> bad[] = {{{-1, -1, 0, 1, 2, 3}},  // two roots
+                                              {{1, 2, 0, 0, 1, 2}},    // no root: a cycle
+                                              {{-1, 0, 9, 1, 2, 3}},   // a parent out of range
+                                              {{-1, 0, 1}}};           // too few ranks
+  for (const auto& trees : bad)
+    for (OpKind kind : {OpKind::kAllReduce, OpKind::kBroadcast, OpKind::kReduce}) {
+      runCase(Case{kind, 6, 1000, RedOp::kSum, false, Algorithm::kTree}, 256, 1, {}, {}, trees);
+      if (HasFatalFailure()) return;
+    }
+}
+
 // Recursive-doubling AllReduce: powers of two and the ranks beyond them,
 // every rank count 1..33, one and two channels, every op (pre-multiplied
 // sums multiply each input once; the later rounds fold partial results).
