@@ -82,7 +82,8 @@ def rank_main(args):
             opt.zero_grad()
             nn.functional.mse_loss(model(x), y).backward()
             opt.step()
-        step()  # warm-up
+        for _ in range(3):  # warm-up: the first steps of a model also grow the allocator's pools
+            step()
         dist.barrier(group=groups["gloo"])
         start = time.perf_counter()
         for _ in range(args.ddp_steps):
@@ -149,7 +150,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--ddp-width", type=int, default=1024, help="MLP width (1024: ~9.4M parameters, 38 MB)")
     ap.add_argument("--ddp-batch", type=int, default=8)
-    ap.add_argument("--ddp-steps", type=int, default=5)
+    ap.add_argument("--ddp-steps", type=int, default=20, help="timed DDP steps per round (5 gave ratios "
+                    "that moved by 10%% between runs)")
     ap.add_argument("--timeout", type=float, default=1800)
     ap.add_argument("--json", help="also write the raw times here")
     ap.add_argument("--plot", help="draw bus bandwidth and time against size, loom and gloo, to this PNG "
