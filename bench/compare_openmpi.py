@@ -155,6 +155,10 @@ def main():
     ap.add_argument("--sizes", help="comma-separated sizes, each run on its own (hot); 'min' = smallest")
     ap.add_argument("--plot", metavar="PNG", help="also draw busbw and time against size to this PNG")
     ap.add_argument("--plot-inplace", action="store_true", help="draw the in-place columns")
+    ap.add_argument("--bind-to", choices=["none", "core"], default="none",
+                    help="core: both launchers bind rank r to core r %% cores (loomrun --bind-to core, mpirun "
+                    "--bind-to core:overload-allowed), which spreads more ranks than cores evenly; none: "
+                    "loomrun leaves placement to the kernel and mpirun uses its default")
     args = ap.parse_args()
     colls = [c.strip() for c in args.coll.split(",") if c.strip()]
     for c in colls:
@@ -170,6 +174,8 @@ def main():
     loomrun = os.path.join(build, "bin", "loomrun")
     mpi_env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     hot = bool(args.hot or args.sizes)
+    loom_bind = ["--bind-to", "core"] if args.bind_to == "core" else []
+    mpi_bind = ["--bind-to", "core:overload-allowed"] if args.bind_to == "core" else []
     results = []
     for coll in colls:
         tool, mpi_name = COLLECTIVES[coll]
@@ -180,18 +186,18 @@ def main():
             for r in range(args.rounds):
                 loom, mpi = {}, {}
                 for b, e, iters in ranges:
-                    loom.update(parse(run([loomrun, "-n", str(n), perf, "-b", b, "-e", e, "-f", "2", "-n", iters,
+                    loom.update(parse(run([loomrun, "-n", str(n)] + loom_bind + [perf, "-b", b, "-e", e, "-f", "2", "-n", iters,
                                            "-w", args.w, "-c", "1" if r == 0 else "0"]), ROW))
-                    mpi.update(parse(run(["mpirun", "--oversubscribe", "--allow-run-as-root", "-np", str(n),
+                    mpi.update(parse(run(["mpirun", "--oversubscribe", "--allow-run-as-root", "-np", str(n)] + mpi_bind + [
                                           "--mca", "btl", "self,vader", "--mca", "pml", "ob1",
                                           mpi_exe, "-o", mpi_name, "-b", b, "-e", e, "-f", "2", "-n", iters,
                                           "-w", args.w], env=mpi_env), MPI_ROW))
                 loom_runs.append(loom)
                 mpi_runs.append(mpi)
             results.append((n, [("loom " + coll, loom_runs), ("Open MPI " + coll, mpi_runs)]))
-            print("\n# %s, %d ranks, float%s, %d rounds (A B alternating)%s; medians; ratio = loom / Open MPI" %
+            print("\n# %s, %d ranks, float%s, %d rounds (A B alternating)%s%s; medians; ratio = loom / Open MPI" %
                   (coll, n, " sum" if coll in ("allreduce", "reducescatter") else "", args.rounds,
-                   ", hot buffers" if hot else ""))
+                   ", hot buffers" if hot else "", ", ranks bound to cores" if loom_bind else ""))
             print("#%11s  %9s %9s %7s %7s  %9s %9s %7s %7s" % ("size(B)", "loom oop", "mpi oop", "busbw", "time",
                                                              "loom ip", "mpi ip", "busbw", "time"))
             print("#%11s  %9s %9s %7s %7s  %9s %9s %7s %7s" % ("", "us", "us", "ratio", "ratio",

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -14,6 +15,7 @@
 #include <fstream>
 #include <map>
 #include <regex>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -173,6 +175,61 @@ TEST_F(LoomrunTest, OutputWritesOneFilePairPerRankAndCreatesTheFolder) {
     EXPECT_EQ(readFile(outDir / ("rank." + std::to_string(r) + ".err")), "oops " + std::to_string(r) + "\n");
   }
   EXPECT_EQ(out_, "");
+}
+
+// "0-2,5" (a /proc/self/status Cpus_allowed_list) as a set of CPUs.
+std::set<int> cpuList(const std::string& text) {
+  std::set<int> out;
+  std::istringstream parts(text);
+  for (std::string part; std::getline(parts, part, ',');) {
+    const size_t dash = part.find('-');
+    const int first = std::stoi(part.substr(0, dash));
+    const int last = dash == std::string::npos ? first : std::stoi(part.substr(dash + 1));
+    for (int c = first; c <= last; ++c) out.insert(c);
+  }
+  return out;
+}
+
+// --bind-to core: the first ranks get one core each (disjoint CPU sets that
+// together are everything loomrun may use), later ones wrap around; without
+// it every rank may run anywhere.
+TEST_F(LoomrunTest, BindToCoreSpreadsRanksOverTheAllowedCores) {
+  cpu_set_t mine;
+  ASSERT_EQ(sched_getaffinity(0, sizeof mine, &mine), 0);
+  std::set<int> allowed;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &mine)) allowed.insert(c);
+  const int n = int(allowed.size()) + 1;  // at least one rank more than cores
+  auto setsOf = [&](bool bind) {
+    fs::path outDir = dir_ / (bind ? "bound" : "free");
+    std::vector<std::string> args{"-n", std::to_string(n), "--output", outDir.string()};
+    if (bind) args.insert(args.end(), {"--bind-to", "core"});
+    args.insert(args.end(), {"--", "sh", "-c", "sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status"});
+    EXPECT_EQ(runLoomrun(args), 0) << err_;
+    std::vector<std::set<int>> sets;
+    for (int r = 0; r < n; ++r) {
+      std::string text = readFile(outDir / ("rank." + std::to_string(r) + ".out"));
+      while (!text.empty() && text.back() == '\n') text.pop_back();
+      sets.push_back(text.empty() ? std::set<int>{} : cpuList(text));
+    }
+    return sets;
+  };
+  for (const auto& s : setsOf(false)) EXPECT_EQ(s, allowed);
+  const std::vector<std::set<int>> bound = setsOf(true);
+  // The cores: the distinct sets in rank order, until the first repeat.
+  size_t cores = 0;
+  while (cores < bound.size() && (cores == 0 || bound[cores] != bound[0])) ++cores;
+  ASSERT_GE(cores, 1u);
+  ASSERT_LT(cores, bound.size()) << "no rank wrapped around to the first core";
+  std::set<int> all;
+  for (size_t r = 0; r < cores; ++r) {
+    EXPECT_FALSE(bound[r].empty()) << "rank " << r;
+    for (int c : bound[r]) EXPECT_TRUE(all.insert(c).second) << "CPU " << c << " is on two ranks' cores";
+  }
+  EXPECT_EQ(all, allowed);
+  for (size_t r = cores; r < bound.size(); ++r) EXPECT_EQ(bound[r], bound[r % cores]) << "rank " << r;
+  EXPECT_EQ(runLoomrun({"-n", "2", "--bind-to", "socket", "true"}), 2);
+  EXPECT_NE(err_.find("--bind-to expects core or none"), std::string::npos) << err_;
 }
 
 TEST_F(LoomrunTest, FailingRankStatusIsReturnedAndTheOthersStopped) {

@@ -50,6 +50,10 @@ Result<LaunchOptions> parseLaunchOptions(int argc, const char* const* argv) {
     } else if (arg == "--timeout") {
       LOOM_ASSIGN_OR_RETURN(std::string text, value(arg));
       LOOM_ASSIGN_OR_RETURN(options.timeoutSeconds, parseSeconds(arg, text));
+    } else if (arg == "--bind-to") {
+      LOOM_ASSIGN_OR_RETURN(std::string text, value(arg));
+      if (text != "core" && text != "none") return invalidArgument("--bind-to expects core or none, got '" + text + "'");
+      options.bindToCore = text == "core";
     } else if (arg == "--grace") {
       LOOM_ASSIGN_OR_RETURN(std::string text, value(arg));
       LOOM_ASSIGN_OR_RETURN(options.graceSeconds, parseSeconds(arg, text));
@@ -65,7 +69,8 @@ Result<LaunchOptions> parseLaunchOptions(int argc, const char* const* argv) {
 }
 
 std::string launchUsage() {
-  return R"(USAGE: loomrun -n N [--tag] [--output DIR] [--timeout SECONDS] [--grace SECONDS] [--] command [args...]
+  return R"(USAGE: loomrun -n N [--tag] [--output DIR] [--timeout SECONDS] [--grace SECONDS] [--bind-to core|none]
+               [--] command [args...]
 
 Starts N local processes of `command` that find each other on their own. Each gets
   LOOM_RANK=0..N-1, LOOM_WORLD_SIZE=N, LOOM_LOCAL_RANK=LOOM_RANK,
@@ -78,6 +83,9 @@ and stdin from /dev/null.
   --output DIR       write DIR/rank.<r>.out and DIR/rank.<r>.err instead (creates DIR)
   --timeout SECONDS  stop every rank after this long and exit with 124
   --grace SECONDS    time between SIGTERM and SIGKILL when stopping ranks (default 3)
+  --bind-to core     run rank r on core r % C of the C cores loomrun may use (all of the
+                     core's hardware threads): ranks spread evenly, also when they
+                     outnumber the cores; none (the default): the kernel places them
   -h, --help         this text
 
 When a rank exits with a non-zero status or is killed by a signal, loomrun stops the

@@ -14,6 +14,9 @@ struct LaunchOptions {
   std::string outputDir;     // write DIR/rank.N.out and .err instead
   double timeoutSeconds = 0; // 0: no limit
   double graceSeconds = 3;   // SIGTERM to SIGKILL
+  // --bind-to core: rank r runs on core r % cores of loomrun's own CPU set
+  // (all of that core's hardware threads); none: wherever the kernel puts it.
+  bool bindToCore = false;
   std::vector<std::string> command;
   bool help = false;
 };

@@ -1,6 +1,7 @@
 #include "tools/loomrun/launcher.h"
 
 #include <arpa/inet.h>
+#include <sched.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -21,6 +22,37 @@ extern char** environ;
 
 namespace loom::launcher {
 namespace {
+
+// The logical CPUs this process may run on, grouped by core (package and
+// core id from sysfs; a CPU whose ids cannot be read is a core of its own),
+// in order of each core's first CPU.
+Result<std::vector<std::vector<int>>> allowedCores() {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) return systemErrno("sched_getaffinity", errno);
+  auto readId = [](int cpu, const char* what) -> long {
+    const std::string path = "/sys/devices/system/cpu/cpu" + std::to_string(cpu) + "/topology/" + what;
+    FILE* f = std::fopen(path.c_str(), "r");
+    if (!f) return -1;
+    long id = -1;
+    if (std::fscanf(f, "%ld", &id) != 1) id = -1;
+    std::fclose(f);
+    return id;
+  };
+  std::vector<std::pair<std::pair<long, long>, std::vector<int>>> cores;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (!CPU_ISSET(cpu, &allowed)) continue;
+    const long package = readId(cpu, "physical_package_id"), core = readId(cpu, "core_id");
+    const std::pair<long, long> key = package < 0 || core < 0 ? std::make_pair(-1L - cpu, -1L) : std::make_pair(package, core);
+    auto it = std::find_if(cores.begin(), cores.end(), [&](const auto& c) { return c.first == key; });
+    if (it == cores.end()) cores.push_back({key, {cpu}});
+    else it->second.push_back(cpu);
+  }
+  std::vector<std::vector<int>> out;
+  for (auto& c : cores) out.push_back(std::move(c.second));
+  if (out.empty()) return systemError("sched_getaffinity reports no CPU");
+  return out;
+}
 
 // Write end of the self-pipe; the signal handler's only state.
 int gSignalWrite = -1;
@@ -188,6 +220,9 @@ Status Launcher::prepare() {
   }
   signal(SIGPIPE, SIG_IGN);
   if (options_.timeoutSeconds > 0) timeoutAt_ = monotonicSeconds() + options_.timeoutSeconds;
+  if (options_.bindToCore) {
+    LOOM_ASSIGN_OR_RETURN(cores_, allowedCores());
+  }
   return Status::ok();
 }
 
@@ -232,6 +267,12 @@ Status Launcher::spawn(Child& child, const std::vector<std::string>& environment
   for (const std::string& entry : environment) envp.push_back(const_cast<char*>(entry.c_str()));
   envp.push_back(nullptr);
 
+  cpu_set_t binding;
+  CPU_ZERO(&binding);
+  if (!cores_.empty()) {
+    for (int cpu : cores_[size_t(child.rank) % cores_.size()]) CPU_SET(cpu, &binding);
+  }
+
   const pid_t parent = getpid();
   pid_t pid = fork();
   if (pid < 0) return systemErrno("fork", errno);
@@ -248,6 +289,12 @@ Status Launcher::spawn(Child& child, const std::vector<std::string>& environment
     if (devNull >= 0) dup2(devNull, STDIN_FILENO);
     if (outWrite.get() >= 0) dup2(outWrite.get(), STDOUT_FILENO);
     if (errWrite.get() >= 0) dup2(errWrite.get(), STDERR_FILENO);
+    if (!cores_.empty() && sched_setaffinity(0, sizeof binding, &binding) != 0) {
+      std::string message = "loomrun: cannot bind rank " + std::to_string(child.rank) + " to its core: " +
+                            std::strerror(errno) + "\n";
+      writeAll(STDERR_FILENO, message.data(), message.size());
+      _exit(126);
+    }
     execvpe(argv[0], argv.data(), envp.data());
     std::string message = "loomrun: cannot run '" + options_.command[0] + "': " + std::strerror(errno) + "\n";
     writeAll(STDERR_FILENO, message.data(), message.size());
