@@ -461,14 +461,15 @@ void Communicator::scheduleFromTable() {
     }
   }
   if (cpusShared_ && firstLocal == rank_) {
-    // Left to the kernel, ranks that outnumber their CPUs can stay unevenly
-    // placed for a whole run (8 ranks on 2 CPUs, 6 on one: an 8-byte
-    // AllReduce took 12 us against 5.5 us with 4 on each).
+    // Left to the kernel, ranks that outnumber their CPUs start crowded
+    // where their launcher runs and are spread only after a few tenths of
+    // a second (8 ranks on 2 CPUs, 6 on one: an 8-byte AllReduce took 12 us
+    // against 5.5 us with 4 on each).
     const bool everywhere = cores >= get_nprocs();
     LOOM_INFO(log::kInit, "%s: %d ranks on this host, %d CPU(s) this rank may run on: waits yield instead of spinning%s",
               describe().c_str(), local, cores,
               everywhere ? "; bind the ranks evenly (loomrun --bind-to core, mpirun --bind-to core:overload-allowed) "
-                           "so the kernel cannot crowd them on a few CPUs"
+                           "so that they do not start crowded on a few CPUs"
                          : "");
   }
   if (rank_ == 0) {
