@@ -27,9 +27,10 @@ SIZES = [1 << 10, 1 << 12, 1 << 14, 1 << 16, 1 << 18, 1 << 20, 1 << 22, 1 << 24,
 
 
 def iterations(nbytes):
-    """Enough repetitions for a stable mean (loom's 1 KiB call takes ~15 us),
-    little time at 64 MiB."""
-    return max(3, min(2000, (1 << 26) // nbytes))
+    """Enough repetitions for a stable mean (loom's 1 KiB call takes ~15 us):
+    at least ~30 ms of loom's calls from 256 KiB on (64 calls of 1 MiB, about
+    10 ms, moved loom's mean by up to 2x between runs), little time at 64 MiB."""
+    return max(4, min(2000, (1 << 28) // nbytes))
 
 
 def rank_main(args):
