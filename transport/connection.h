@@ -87,6 +87,10 @@ struct Transfer {
   // the pieces it handed to the sink until Connection::release(this), even
   // after the transfer is done; the peer's later messages wait for room.
   bool hold = false;
+  // Send only, a hint from the plan (core::Step::singleCopy): the receiver
+  // stores these bytes as they are, so a transport that can let it copy
+  // them straight from `data` (shared memory, LOOM_SHM_SINGLE_COPY_MIN) may.
+  bool singleCopy = false;
   // Set by the transport.
   size_t progressed = 0;  // bytes moved so far
   bool done = false;

@@ -167,11 +167,12 @@ constexpr Spec kTable[] = {
     {"LOOM_SHM_FIFO_BYTES", T::kInt, "2097152", "SHM",
      "Bytes of each shared-memory inbox FIFO (one per peer rank on the same host), split into 8 "
      "slots; messages bigger than a slot span several. 32768 .. 1073741824."},
-    {"LOOM_SHM_SINGLE_COPY_MIN", T::kInt, "0", "SHM",
+    {"LOOM_SHM_SINGLE_COPY_MIN", T::kInt, "65536", "SHM",
      "Smallest message (bytes) the shared-memory transport sends single-copy (the receiver reads "
-     "the sender's buffer with process_vm_readv); 0 = never, everything is copied through the "
-     "FIFO. Off by default: on the VMs we measured, process_vm_readv ran at a fraction of memcpy "
-     "speed. Falls back to the FIFO by itself where ptrace rules forbid it."},
+     "the sender's buffer with process_vm_readv) where the plan allows it: a rank's own block in "
+     "AllGather, which its peers store as it is while they exchange theirs. 0 = never: "
+     "everything is copied through the FIFO. Falls back to the FIFO by itself where ptrace rules "
+     "forbid it."},
 
     // Host reduction kernels (kernels/)
     {"LOOM_CPU_ISA", T::kString, "auto", "INIT",

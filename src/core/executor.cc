@@ -568,9 +568,13 @@ Status PlanRunner::compute(const Step& step, StreamState& st) {
     if (step.out.valid()) {
       std::byte* dst = ptr(step.out);
       if ((transform || dst != src) && writeBlocked(dst, step.bytes)) return kBlocked;
+      // A plain copy: the send leaves from the input, whose lines no core
+      // holds dirty (the copy's are, in this core's cache, where a peer
+      // that copies straight from it reads them at half the speed: 2-rank
+      // AllGather of 1 MiB, single copy, 76-91 -> 45-48 us).
       if (transform) kernels::reduce(reduction_, dst, nullptr, 0, src, count, step.post);
       else if (dst != src) kernels::copy(dst, src, step.bytes);
-      result = dst;
+      result = transform ? dst : src;
     } else if (transform && step.sendPeer >= 0) {
       hold = takeSlot(st);
       if (hold < 0) return kBlocked;
@@ -708,6 +712,7 @@ Status PlanRunner::finish(const Step& step, StreamState& st) {
   ps.xfer.data = const_cast<std::byte*>(result);
   ps.xfer.bytes = step.bytes;
   ps.xfer.memory = memoryOf(st, result);
+  ps.xfer.singleCopy = step.singleCopy;
   Connection* c = conn(st, step.sendPeer);
   Status s = attachRegion(*c, ps.xfer);
   if (s.isOk()) s = c->postSend(&ps.xfer);

@@ -57,6 +57,13 @@ struct Step {
   std::vector<int> fanIn{};
   int localAt = -1;
   bool localPartial = false;  // fan-in: `local` is pre-applied already
+  // The send is one side of an exchange: its receiver stores the message as
+  // it is (no reduction reads it) while busy with a message of its own, so
+  // the receiver may copy it straight from this rank's buffer (shared
+  // memory's single copy, transport::Transfer::singleCopy). Only for data
+  // that comes from the user's input, not data this rank just received:
+  // that sits dirty in this core's cache, where the peer reads it slowly.
+  bool singleCopy = false;
 
   // Calls f(peer) for every rank the step exchanges a message with.
   template <class F>

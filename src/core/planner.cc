@@ -125,9 +125,10 @@ std::string dumpPlan(const Plan& plan) {
   for (size_t c = 0; c < plan.streams.size(); ++c) {
     for (const Step& s : plan.streams[c].steps) {
       std::snprintf(line, sizeof line,
-                    "  [%zu] ch%d %-18s recv<-%d send->%d local=%d+%zu out=%d+%zu bytes=%zu%s\n", c,
+                    "  [%zu] ch%d %-18s recv<-%d send->%d local=%d+%zu out=%d+%zu bytes=%zu%s%s\n", c,
                     plan.streams[c].channel, stepName(s).c_str(), s.recvPeer, s.sendPeer, s.local.buf,
-                    s.local.offset, s.out.buf, s.out.offset, s.bytes, s.post ? " post" : "");
+                    s.local.offset, s.out.buf, s.out.offset, s.bytes, s.post ? " post" : "",
+                    s.singleCopy ? " single-copy" : "");
       out += line;
       if (!s.fanIn.empty()) {
         out += "      fold:";

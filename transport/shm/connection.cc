@@ -284,7 +284,7 @@ Status ShmConnection::moveSends() {
     SendMsg& m = sends_[sendNext_];
     if (!m.started) {
       m.started = true;
-      m.pull = options_.singleCopyMin > 0 && m.t->bytes >= options_.singleCopyMin &&
+      m.pull = m.t->singleCopy && options_.singleCopyMin > 0 && m.t->bytes >= options_.singleCopyMin &&
                peerCanPull();
     }
     fillSlot(m, h->desc[tail_ % kSlots]);

@@ -112,6 +112,15 @@ void runCase(const Case& c, size_t sliceBytes, int channels = 1,
     bool p2p = c.kind == OpKind::kAllToAll || c.kind == OpKind::kGather || c.kind == OpKind::kScatter;
     auto plan = p2p ? planPointToPoint(std::span<const OpDesc>(&op, 1), p) : planCollective(op, p);
     ASSERT_TRUE(plan.isOk()) << plan.status().message();
+    // Single-copy hints: sends of the rank's input only, in collectives
+    // whose receivers store what they get as it is.
+    for (const Stream& stream : plan->streams)
+      for (const Step& step : stream.steps) {
+        if (!step.singleCopy) continue;
+        ASSERT_FALSE(isReducing(c.kind)) << "rank " << r << " hints a message a peer may fold";
+        ASSERT_TRUE(step.sendPeer >= 0 && step.recvPeer < 0 && step.fanIn.empty() && step.local.buf == 0)
+            << "rank " << r << ": only a send of the input may go single-copy\n" << dumpPlan(*plan);
+      }
     plans.push_back(std::move(plan.value()));
     buffers.push_back({s, d});
   }
@@ -162,6 +171,33 @@ void runCase(const Case& c, size_t sliceBytes, int channels = 1,
       ASSERT_EQ(recv[size_t(r)][recvElems], -77) << "rank " << r << " wrote past its output";
     }
   }
+}
+
+// AllGather hints its own block's sends single-copy (one per slice in the
+// ring, one per peer direct); nothing else does.
+TEST(PlanSimulator, AllGatherSendsItsInputSingleCopy) {
+  auto hinted = [](const Plan& plan) {
+    int n = 0;
+    for (const Stream& stream : plan.streams)
+      for (const Step& step : stream.steps) n += step.singleCopy;
+    return n;
+  };
+  OpDesc op{};
+  op.kind = OpKind::kAllGather;
+  op.count = 1000;
+  op.type = DataType::kFloat32;
+  for (Algorithm a : {Algorithm::kRing, Algorithm::kDirect}) {
+    PlanParams p{1, 4, 1024};
+    p.algorithm = a;
+    auto plan = planCollective(op, p);
+    ASSERT_TRUE(plan.isOk()) << plan.status().message();
+    EXPECT_EQ(hinted(*plan), a == Algorithm::kRing ? 4 : 3) << dumpPlan(*plan);
+  }
+  PlanParams p{0, 1, 1024};
+  EXPECT_EQ(hinted(*planCollective(op, p)), 0) << "a lone rank sends nothing";
+  op.kind = OpKind::kAllReduce;
+  p = PlanParams{1, 4, 1024};
+  EXPECT_EQ(hinted(*planCollective(op, p)), 0);
 }
 
 TEST(PlanSimulator, EveryCollectiveEveryRankCount) {

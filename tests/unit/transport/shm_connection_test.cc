@@ -131,6 +131,7 @@ TEST(Shm, SinkGetsFifoMessagesPieceByPiece) {
     for (size_t i = 0; i < bytes; ++i) out[i] = uint8_t(i * 7 + bytes);
     RecordingSink sink(&viaSink);
     Transfer s{out.data(), bytes}, r{data.data(), bytes};
+    s.singleCopy = true;
     r.sink = &sink;
     ASSERT_TRUE(p.a->postSend(&s).isOk());
     ASSERT_TRUE(p.b->postRecv(&r).isOk());
@@ -371,7 +372,7 @@ TEST(Shm, AttachRejectsWrongObjects) {
 TEST(Shm, OptionsFromSettings) {
   Options d = Options::fromSettings();
   EXPECT_EQ(d.fifoBytes, size_t(2) << 20);
-  EXPECT_EQ(d.singleCopyMin, 0u) << "single-copy is off by default";
+  EXPECT_EQ(d.singleCopyMin, size_t(65536));
   setenv("LOOM_SHM_FIFO_BYTES", "262144", 1);
   setenv("LOOM_SHM_SINGLE_COPY_MIN", "131072", 1);
   settings::reload();
@@ -528,6 +529,7 @@ TEST(Shm, SingleCopySendCompletesOnlyAfterTheReceiverCopied) {
   std::vector<uint8_t> out(bytes), in(bytes);
   transport::testing::fillPattern(out.data(), bytes, 4, 0);
   Transfer s{out.data(), bytes}, r{in.data(), bytes};
+  s.singleCopy = true;
   ASSERT_TRUE(p.a->postSend(&s).isOk());
   ASSERT_TRUE(p.a->progress().isOk());
   EXPECT_FALSE(s.done) << "the buffer is read by the receiver later";
@@ -541,6 +543,31 @@ TEST(Shm, SingleCopySendCompletesOnlyAfterTheReceiverCopied) {
   EXPECT_TRUE(transport::testing::checkPattern(in.data(), bytes, 4, 0));
 }
 
+// Without the plan's hint a message goes through the FIFO, however large:
+// a receiver that folds it reads it from there (its sink).
+TEST(Shm, SendsWithoutTheHintAreCopiedThroughTheFifo) {
+  Pair p = pairOrDie(smallFifo(65536), smallFifo(65536));
+  ASSERT_TRUE(p.a && p.b);
+  if (!p.a->peerCanPull()) GTEST_SKIP() << "process_vm_readv is not permitted here";
+  const size_t bytes = 1 << 20;
+  std::vector<uint8_t> out(bytes), viaSink(bytes), data(bytes, 0xee);
+  transport::testing::fillPattern(out.data(), bytes, 5, 0);
+  RecordingSink sink(&viaSink);
+  Transfer s{out.data(), bytes}, r{data.data(), bytes};
+  r.sink = &sink;
+  ASSERT_TRUE(p.a->postSend(&s).isOk());
+  ASSERT_TRUE(p.b->postRecv(&r).isOk());
+  const Deadline d = Deadline::afterSeconds(30);
+  while (!(s.done && r.done) && !d.expired()) {
+    ASSERT_TRUE(p.a->progress().isOk());
+    ASSERT_TRUE(p.b->progress().isOk());
+  }
+  ASSERT_TRUE(s.done && r.done);
+  EXPECT_EQ(p.a->singleCopySends(), 0u);
+  EXPECT_TRUE(r.sunk);
+  EXPECT_TRUE(transport::testing::checkPattern(viaSink.data(), bytes, 5, 0));
+}
+
 TEST(Shm, UnreadableSendBufferIsAnError) {
   Pair p = pairOrDie(smallFifo(65536), smallFifo(65536));
   ASSERT_TRUE(p.a && p.b);
@@ -550,6 +577,7 @@ TEST(Shm, UnreadableSendBufferIsAnError) {
   ASSERT_NE(mem, MAP_FAILED);
   std::vector<uint8_t> in(bytes);
   Transfer s{mem, bytes}, r{in.data(), bytes};
+  s.singleCopy = true;
   ASSERT_TRUE(p.a->postSend(&s).isOk());
   ASSERT_TRUE(p.a->progress().isOk());
   ASSERT_EQ(::munmap(mem, bytes), 0);  // breaks the contract on purpose

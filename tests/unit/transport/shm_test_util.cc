@@ -46,6 +46,9 @@ Status postMore(Connection& c, bool send, uint32_t stream, const std::vector<siz
     if (send) transport::testing::fillPattern(f.buf.data(), sizes[*next], stream, f.index);
     f.t.data = f.buf.data();
     f.t.bytes = sizes[*next];
+    // Every other send may go single-copy (a plan's hint), so that both
+    // kinds interleave on one connection.
+    f.t.singleCopy = send && f.index % 2 == 0;
     LOOM_TRY(send ? c.postSend(&f.t) : c.postRecv(&f.t));
     ++*next;
   }
