@@ -173,7 +173,10 @@ TEST(ShmProcess, SizeMismatchIsAnError) {
 }
 
 TEST(ShmProcess, KilledPeerIsRemoteErrorSoon) {
-  for (bool bigSend : {false, true}) {
+  // A small receive, a large send through the FIFO, a large single-copy
+  // send (waiting for the peer to copy it).
+  for (int kind : {0, 1, 2}) {
+    const bool bigSend = kind > 0;
     auto child = ChildProcess::start([](ChildProcess& self) {
       auto c = ShmConnection::create(0, Options{});
       if (!c.isOk() || !self.connect(**c, Deadline::afterSeconds(30)).isOk()) return 2;
@@ -186,8 +189,12 @@ TEST(ShmProcess, KilledPeerIsRemoteErrorSoon) {
     ASSERT_TRUE((*child)->connect(**c, Deadline::afterSeconds(30)).isOk());
     std::vector<uint8_t> buf(4 << 20);
     Transfer t{buf.data(), bigSend ? buf.size() : 8};
+    t.singleCopy = kind == 2;
     ASSERT_TRUE((bigSend ? (*c)->postSend(&t) : (*c)->postRecv(&t)).isOk());
     ASSERT_TRUE((*c)->progress().isOk());
+    if (kind == 2) {
+      EXPECT_EQ((*c)->singleCopySends(), (*c)->peerCanPull() ? 1u : 0u);
+    }
     (*child)->kill(SIGKILL);
     auto t0 = std::chrono::steady_clock::now();
     Status err = transport::testing::waitForError(**c, Deadline::afterSeconds(10));
@@ -197,7 +204,11 @@ TEST(ShmProcess, KilledPeerIsRemoteErrorSoon) {
               std::string::npos)
         << err.message();
     EXPECT_LT(secs, 10.0);
-    std::printf("%s: dead peer reported after %.3f s\n", bigSend ? "send" : "receive", secs);
+    const char* what = kind == 0                     ? "receive"
+                       : kind == 1                   ? "send"
+                       : (*c)->singleCopySends() > 0 ? "single-copy send"
+                                                     : "send (single-copy not permitted here)";
+    std::printf("%s: dead peer reported after %.3f s\n", what, secs);
     EXPECT_EQ((*c)->progress().message(), err.message()) << "sticky";
     auto code = (*child)->wait(Deadline::afterSeconds(10));
     ASSERT_TRUE(code.isOk());
