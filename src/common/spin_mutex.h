@@ -10,6 +10,8 @@
 
 #include <atomic>
 
+#include "common/cpu_relax.h"
+
 namespace loom {
 
 class SpinMutex {
@@ -18,7 +20,7 @@ class SpinMutex {
     for (int round = 0; held_.exchange(true, std::memory_order_acquire); ) {
       // Wait on a plain load (no cache line ping-pong), then try again.
       while (held_.load(std::memory_order_relaxed)) {
-        if (++round < kSpins) pause();
+        if (++round < kSpins) cpuRelax();
         else sched_yield();
       }
     }
@@ -30,13 +32,6 @@ class SpinMutex {
 
  private:
   static constexpr int kSpins = 128;
-  static void pause() noexcept {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    asm volatile("yield");
-#endif
-  }
   std::atomic<bool> held_{false};
 };
 

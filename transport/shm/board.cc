@@ -17,6 +17,8 @@
 #include <string>
 #include <utility>
 
+#include "common/cpu_relax.h"
+
 #ifndef SYS_pidfd_open
 #define SYS_pidfd_open 434
 #endif
@@ -48,14 +50,6 @@ size_t layoutBytes(int members, size_t slotBytes) {
 
 Status boardError(const std::string& what, int err) {
   return systemError("the shared-memory board: " + what + " failed: " + errnoText(err));
-}
-
-inline void cpuRelax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
 }
 
 // The futex word: the low 32 bits of a sequence word.
