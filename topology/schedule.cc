@@ -248,6 +248,18 @@ Schedule buildSchedule(const Layout& layout) {
   return s;
 }
 
+std::vector<std::vector<int>> ringOrders(const Schedule& s) {
+  std::vector<std::vector<int>> out;
+  for (const Ring& ring : s.rings) out.push_back(ring.order);
+  return out;
+}
+
+std::vector<std::vector<int>> treeParents(const Schedule& s) {
+  std::vector<std::vector<int>> out;
+  for (const Tree& tree : s.trees) out.push_back(tree.parent);
+  return out;
+}
+
 int hostDepth(const Layout& layout, const Tree& tree) {
   int deepest = 0;
   for (int r = 0; r < int(tree.parent.size()); ++r) {

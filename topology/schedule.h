@@ -81,6 +81,10 @@ Schedule buildSchedule(const Layout& layout);
 Status checkSchedule(const Layout& layout, const Schedule& schedule);
 // Tree depth counted in hosts crossed, root to deepest rank.
 int hostDepth(const Layout& layout, const Tree& tree);
+// What plans take (core::PlanParams::rings, ::trees): each ring's order,
+// each tree's parent vector.
+std::vector<std::vector<int>> ringOrders(const Schedule& s);
+std::vector<std::vector<int>> treeParents(const Schedule& s);
 
 // NCCL's GRAPH log lines: "Channel 00/02 :    0   1 ..." per ring, and per
 // rank "Trees [0] c/c/c->r->p [1] ...".

@@ -417,12 +417,9 @@ void Communicator::scheduleFromTable() {
     schedule_.rings[0].order.resize(size_t(nranks_));
     for (int r = 0; r < nranks_; ++r) schedule_.rings[0].order[size_t(r)] = r;
   }
-  rings_.clear();
-  for (const auto& ring : schedule_.rings) rings_.push_back(ring.order);
+  rings_ = topology::ringOrders(schedule_);
   trees_.clear();
-  if (checked.isOk() && layout.hosts.size() > 1) {
-    for (const auto& tree : schedule_.trees) trees_.push_back(tree.parent);
-  }
+  if (checked.isOk() && layout.hosts.size() > 1) trees_ = topology::treeParents(schedule_);
   tuning_.nranks = nranks_;
   singleHost_ = layout.hosts.size() == 1;
   hostOf_.clear();

@@ -129,8 +129,8 @@ int printPlan(int argc, char** argv) {
     for (int h = 0; h < hosts; ++h) layout.hosts[size_t(h)].name = "host" + std::to_string(h);
     for (int r = 0; r < nranks; ++r) layout.ranks.push_back(topology::cpuRank(hostOf[size_t(r)], 0));
     const topology::Schedule schedule = topology::buildSchedule(layout);
-    for (const auto& ring : schedule.rings) rings.push_back(ring.order);
-    for (const auto& tree : schedule.trees) trees.push_back(tree.parent);
+    rings = topology::ringOrders(schedule);
+    trees = topology::treeParents(schedule);
     params.rings = rings;
     params.trees = trees;
   }

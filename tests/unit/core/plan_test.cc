@@ -301,9 +301,8 @@ TEST(PlanSimulator, TreesAcrossHostsAreTheTopologys) {
         }
         const topology::Schedule schedule = topology::buildSchedule(layout);
         ASSERT_TRUE(topology::checkSchedule(layout, schedule).isOk());
-        std::vector<std::vector<int>> rings, trees;
-        for (const auto& ring : schedule.rings) rings.push_back(ring.order);
-        for (const auto& tree : schedule.trees) trees.push_back(tree.parent);
+        const std::vector<std::vector<int>> rings = topology::ringOrders(schedule);
+        const std::vector<std::vector<int>> trees = topology::treeParents(schedule);
         SCOPED_TRACE("hosts " + std::to_string(H) + " x " + std::to_string(R) + (interleaved ? " interleaved" : ""));
         for (OpKind kind : {OpKind::kAllReduce, OpKind::kBroadcast, OpKind::kReduce})
           for (size_t count : {size_t(0), size_t(1), size_t(7), size_t(4099)})
@@ -538,8 +537,7 @@ TEST(PlanSimulator, ThousandRanksOn128Hosts) {
   const topology::Schedule schedule = topology::buildSchedule(layout);
   ASSERT_TRUE(topology::checkSchedule(layout, schedule).isOk()) << topology::checkSchedule(layout, schedule).message();
   ASSERT_EQ(schedule.rings.size(), 2u);
-  std::vector<std::vector<int>> rings;
-  for (const auto& ring : schedule.rings) rings.push_back(ring.order);
+  const std::vector<std::vector<int>> rings = topology::ringOrders(schedule);
   const int n = int(layout.ranks.size());
   // Counts keep the buffers of all ranks small (an AllGather's output is
   // n times its input on every rank).
