@@ -55,6 +55,17 @@ void exchangeBothWays(Pair& p, int rounds) {
   EXPECT_TRUE(p.b->idle());
 }
 
+// Progresses both ends until the send `s` and the receive `r` are done
+// (30 s at most).
+void progressUntilDone(Pair& p, const Transfer& s, const Transfer& r) {
+  const Deadline d = Deadline::afterSeconds(30);
+  while (!(s.done && r.done) && !d.expired()) {
+    ASSERT_TRUE(p.a->progress().isOk());
+    ASSERT_TRUE(p.b->progress().isOk());
+  }
+  ASSERT_TRUE(s.done && r.done);
+}
+
 TEST(Shm, SetupValuesAndKind) {
   Pair p = pairOrDie(smallFifo(65536), smallFifo(65536));
   ASSERT_TRUE(p.a && p.b);
@@ -135,12 +146,7 @@ TEST(Shm, SinkGetsFifoMessagesPieceByPiece) {
     r.sink = &sink;
     ASSERT_TRUE(p.a->postSend(&s).isOk());
     ASSERT_TRUE(p.b->postRecv(&r).isOk());
-    const Deadline d = Deadline::afterSeconds(30);
-    while (!(s.done && r.done) && !d.expired()) {
-      ASSERT_TRUE(p.a->progress().isOk());
-      ASSERT_TRUE(p.b->progress().isOk());
-    }
-    ASSERT_TRUE(s.done && r.done) << bytes;
+    ASSERT_NO_FATAL_FAILURE(progressUntilDone(p, s, r)) << bytes;
     const bool pulled = p.a->peerCanPull() && bytes >= (size_t(1) << 20);
     EXPECT_EQ(r.sunk, !pulled) << bytes;
     if (!r.sunk) {
@@ -298,12 +304,7 @@ TEST(Shm, ScribbledInboxHeaderIsAnErrorNotACrash) {
     Transfer s{out.data(), bytes}, r{in.data(), bytes};
     ASSERT_TRUE(p.a->postSend(&s).isOk());
     ASSERT_TRUE(p.b->postRecv(&r).isOk());
-    const Deadline d = Deadline::afterSeconds(30);
-    while (!(s.done && r.done) && !d.expired()) {
-      ASSERT_TRUE(p.a->progress().isOk());
-      ASSERT_TRUE(p.b->progress().isOk());
-    }
-    ASSERT_TRUE(s.done && r.done);
+    ASSERT_NO_FATAL_FAILURE(progressUntilDone(p, s, r));
     EXPECT_EQ(in, out);
     ::munmap(h, p.b->local().inboxBytes);
   }
@@ -557,12 +558,7 @@ TEST(Shm, SendsWithoutTheHintAreCopiedThroughTheFifo) {
   r.sink = &sink;
   ASSERT_TRUE(p.a->postSend(&s).isOk());
   ASSERT_TRUE(p.b->postRecv(&r).isOk());
-  const Deadline d = Deadline::afterSeconds(30);
-  while (!(s.done && r.done) && !d.expired()) {
-    ASSERT_TRUE(p.a->progress().isOk());
-    ASSERT_TRUE(p.b->progress().isOk());
-  }
-  ASSERT_TRUE(s.done && r.done);
+  ASSERT_NO_FATAL_FAILURE(progressUntilDone(p, s, r));
   EXPECT_EQ(p.a->singleCopySends(), 0u);
   EXPECT_TRUE(r.sunk);
   EXPECT_TRUE(transport::testing::checkPattern(viaSink.data(), bytes, 5, 0));
