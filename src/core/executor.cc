@@ -712,7 +712,9 @@ Status PlanRunner::finish(const Step& step, StreamState& st) {
   ps.xfer.data = const_cast<std::byte*>(result);
   ps.xfer.bytes = step.bytes;
   ps.xfer.memory = memoryOf(st, result);
-  ps.xfer.singleCopy = step.singleCopy;
+  // Pageable host memory only: pinned staging slots and device memory may
+  // be mapped in ways process_vm_readv cannot read.
+  ps.xfer.singleCopy = step.singleCopy && ps.xfer.memory == transport::MemoryType::kHost;
   Connection* c = conn(st, step.sendPeer);
   Status s = attachRegion(*c, ps.xfer);
   if (s.isOk()) s = c->postSend(&ps.xfer);
