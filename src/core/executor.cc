@@ -568,10 +568,10 @@ Status PlanRunner::compute(const Step& step, StreamState& st) {
     if (step.out.valid()) {
       std::byte* dst = ptr(step.out);
       if ((transform || dst != src) && writeBlocked(dst, step.bytes)) return kBlocked;
-      // A plain copy: the send leaves from the input, whose lines no core
-      // holds dirty (the copy's are, in this core's cache, where a peer
-      // that copies straight from it reads them at half the speed: 2-rank
-      // AllGather of 1 MiB, single copy, 76-91 -> 45-48 us).
+      // A plain copy: the send leaves from the input, not from the copy
+      // just written, whose lines sit dirty in this core's cache, where a
+      // peer that copies straight from them reads them at about half the
+      // speed (2-rank AllGather of 1 MiB, single copy: 76-91 -> 45-48 us).
       if (transform) kernels::reduce(reduction_, dst, nullptr, 0, src, count, step.post);
       else if (dst != src) kernels::copy(dst, src, step.bytes);
       result = transform ? dst : src;

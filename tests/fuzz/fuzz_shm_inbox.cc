@@ -250,10 +250,12 @@ class Session {
       }
       case kSend:
         sends_.push_back(makeMessage(in.u32() % (kMaxMessage + 1), false, 0x5A));
+        sends_.back()->t.singleCopy = true;  // a plan's hint: single-copy where the options allow
         FUZZ_CHECK(a_->postSend(&sends_.back()->t).isOk());
         break;
       case kPeerSend:
         peerSends_.push_back(makeMessage(in.u32() % (kMaxMessage + 1), false, 0xA5));
+        peerSends_.back()->t.singleCopy = true;
         if (b_->postSend(&peerSends_.back()->t).isOk()) (void)b_->progress();
         break;
       case kProgress:

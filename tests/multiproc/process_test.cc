@@ -145,6 +145,36 @@ TEST_F(ProcessTest, RingsFromTheTopologyCrossEachHostOnce) {
   EXPECT_NE(out.find("topology loaded from"), std::string::npos) << out;
 }
 
+// AllGather's own blocks go single-copy over shared memory (the peer reads
+// them with process_vm_readv; NCCL_DEBUG=INFO says so once per connection),
+// unless LOOM_SHM_SINGLE_COPY_MIN=0. The suite above checks the data.
+TEST_F(ProcessTest, AllGatherGoesSingleCopyOverSharedMemory) {
+  for (const char* min : {"65536", "0"}) {
+    SCOPED_TRACE(std::string("LOOM_SHM_SINGLE_COPY_MIN=") + min);
+    kids_.clear();
+    const int port = freeLoopbackPort();
+    ASSERT_GT(port, 0);
+    const std::vector<std::string> env = {"NCCL_COMM_ID=127.0.0.1:" + std::to_string(port),
+                                          "LOOM_COMM_SECRET=" + freshSecret(), "LOOM_TIMEOUT_S=60",
+                                          "NCCL_DEBUG=INFO", "NCCL_DEBUG_SUBSYS=SHM",
+                                          std::string("LOOM_SHM_SINGLE_COPY_MIN=") + min};
+    // Two of each collective, AllGather with blocks of 256 KiB.
+    for (int r = 0; r < 2; ++r) spawn({"loop", "rank=" + std::to_string(r), "nranks=2", "steps=10", "count=65536"}, env);
+    expectAllSucceed(60);
+    for (const auto& k : kids_) {
+      const std::string out = k->output();
+      const bool single = out.find("straight from its memory (single copy") != std::string::npos;
+      if (std::string(min) == "0") {
+        EXPECT_FALSE(single) << out;
+      } else if (out.find("single-copy receive on") == std::string::npos) {
+        std::printf("note: process_vm_readv is not permitted here; single copy was not exercised\n");
+      } else {
+        EXPECT_TRUE(single) << out;
+      }
+    }
+  }
+}
+
 // Where no GPU driver is present, auto means host.
 bool gpuDriverPresent() { return ::access("/dev/nvidiactl", F_OK) == 0; }
 

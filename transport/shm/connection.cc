@@ -286,6 +286,10 @@ Status ShmConnection::moveSends() {
       m.started = true;
       m.pull = m.t->singleCopy && options_.singleCopyMin > 0 && m.t->bytes >= options_.singleCopyMin &&
                peerCanPull();
+      if (m.pull && singleCopySends_ == 0) {
+        LOOM_INFO(log::kShm, "shm: %s copies this rank's messages straight from its memory (single copy, "
+                  "first one %zu bytes)", describePeer().c_str(), m.t->bytes);
+      }
     }
     fillSlot(m, h->desc[tail_ % kSlots]);
     ++tail_;

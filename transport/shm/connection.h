@@ -11,12 +11,12 @@
 // caller agrees on the outcome over the bootstrap. post*() before attach()
 // is an error.
 //
-// Data. A message goes into the peer's inbox in posting order. Messages of
-// fewer than singleCopyMin bytes are copied into slots (several consecutive
-// slots when bigger than one; up to kInlineBytes inside the slot's descriptor
-// line) and copied out by the receiver; the send is done once its last piece
-// is in the FIFO. A message of at least singleCopyMin
-// bytes is single-copy: the sender publishes its address in one slot, the
+// Data. A message goes into the peer's inbox in posting order. Messages are
+// copied into slots (several consecutive slots when bigger than one; up to
+// kInlineBytes inside the slot's descriptor line) and copied out by the
+// receiver; the send is done once its last piece is in the FIFO. A message
+// the plan hints (Transfer::singleCopy) of at least singleCopyMin bytes is
+// single-copy instead: the sender publishes its address in one slot, the
 // receiver copies it with process_vm_readv straight from the sender's memory
 // into the posted receive buffer, then consumes the slot, which is the
 // acknowledgement that completes the send. attach() probes whether this
@@ -67,7 +67,8 @@ class ShmConnection final : public Connection {
     // Bytes of this side's inbox FIFO, split into kSlots slots (rounded down
     // to whole pages, at least one page per slot).
     size_t fifoBytes = size_t(2) << 20;
-    // Smallest message this side sends single-copy. 0 = no single-copy
+    // Smallest hinted message (Transfer::singleCopy) this side sends
+    // single-copy. 0 = no single-copy
     // touching this side: it sends everything through the FIFO and does not
     // read the peer's memory (so the peer copies through the FIFO as well).
     size_t singleCopyMin = size_t(64) << 10;

@@ -48,6 +48,7 @@ struct Flow {
   Status post(ShmConnection& c) {
     while (posted < count && q.size() < window) {
       q.push_back(Transfer{buf.data() + bytes * size_t(posted % int(window)), bytes});
+      q.back().singleCopy = send;  // as AllGather's plans hint it: single-copy where the options allow
       LOOM_TRY(send ? c.postSend(&q.back()) : c.postRecv(&q.back()));
       ++posted;
     }
