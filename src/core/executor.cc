@@ -208,13 +208,53 @@ PlanRunner::PlanRunner(const Plan* plan, std::vector<std::byte*> buffers, kernel
 }
 
 void PlanRunner::layoutStreams() {
+  const SendRegions sends = device_ ? SendRegions{} : sendRegions();
   for (size_t i = 0; i < plan_->streams.size(); ++i) {
     StreamState& st = streams_[i];
     st.channel = plan_->streams[i].channel;
     st.slotBytes = streamSlotBytes(plan_->streams[i].steps, reduction_, reducing_, device_ != nullptr);
     st.nslots = std::min(kMaxSlots, streamSlots(plan_->streams[i].steps, reduction_, reducing_, device_ != nullptr));
+    if (!device_) {
+      // A receive straight into a region that a send of this plan reads
+      // (grouped send/recv on one buffer, in-place AllToAll) would have to
+      // wait for that send, which may wait for the peer's own such
+      // receive: it lands in a slot instead (startStep), one is enough.
+      const size_t overlapping = overlappingReceiveBytes(plan_->streams[i].steps, sends);
+      st.overlaps = overlapping > 0;
+      if (overlapping > 0 && st.slotBytes == 0) st.nslots = 1;
+      st.slotBytes = std::max(st.slotBytes, (overlapping + 255) / 256 * 256);
+    }
     st.freeSlots = st.nslots == 64 ? ~uint64_t(0) : (uint64_t(1) << st.nslots) - 1;
   }
+}
+
+
+PlanRunner::SendRegions PlanRunner::sendRegions() const {
+  SendRegions out;
+  for (const Stream& stream : plan_->streams)
+    for (const Step& s : stream.steps)
+      if (s.sendPeer >= 0 && s.recvPeer < 0 && s.local.valid() && s.bytes > 0)
+        out.begins.push_back({ptr(s.local), ptr(s.local) + s.bytes});
+  std::sort(out.begins.begin(), out.begins.end());
+  // reach[i]: the furthest end among the first i + 1 regions.
+  for (const auto& [begin, end] : out.begins) out.reach.push_back(out.reach.empty() ? end : std::max(out.reach.back(), end));
+  return out;
+}
+
+size_t PlanRunner::overlappingReceiveBytes(const std::vector<Step>& steps, const SendRegions& sends) const {
+  size_t biggest = 0;
+  for (const Step& r : steps) {
+    if (r.recvPeer < 0 || r.reduce || !r.out.valid() || r.bytes <= biggest) continue;
+    const std::byte* begin = ptr(r.out);
+    const std::byte* end = begin + r.bytes;
+    // The sends that start before `end`; one of them overlaps when the
+    // furthest of their ends passes `begin`.
+    const auto first = std::lower_bound(sends.begins.begin(), sends.begins.end(), end,
+                                        [](const auto& region, const std::byte* at) { return region.first < at; });
+    const size_t before = size_t(first - sends.begins.begin());
+    if (before > 0 && sends.reach[before - 1] > begin) biggest = r.bytes;
+  }
+  return biggest;
 }
 
 bool PlanRunner::deviceBusy() const {
@@ -360,9 +400,13 @@ bool PlanRunner::startStep(const Step& step, StreamState& st, Status* error) {
   // On a device, only a connection that moves device memory receives
   // straight into a user buffer.
   const bool direct = !step.reduce && step.out.valid() && (!device_ || c->moves(transport::MemoryType::kDevice));
-  if (direct) {
+  // A direct receive whose region a send still reads goes to a slot where
+  // the stream has one (layoutStreams): waiting could deadlock.
+  const bool blocked = direct && (writeBlocked(ptr(step.out), step.bytes) ||
+                                  (st.overlaps && readPending(st, ptr(step.out), step.bytes)));
+  if (blocked && !(st.slots && st.slotBytes >= step.bytes && !device_)) return false;
+  if (direct && !blocked) {
     target = ptr(step.out);
-    if (writeBlocked(target, step.bytes)) return false;
     st.recvSlot = -1;
   } else {
     st.recvSlot = takeSlot(st);
@@ -558,6 +602,11 @@ Status PlanRunner::compute(const Step& step, StreamState& st) {
       if (dst == in) hold = st.recvSlot;
       else freeAfter = st.recvSlot;
     } else {
+      // Staged because its region was still being sent (startStep).
+      if (st.recvSlot >= 0 && step.out.valid()) {
+        if (writeBlocked(ptr(step.out), step.bytes) || readPending(st, ptr(step.out), step.bytes)) return kBlocked;
+        kernels::copy(ptr(step.out), in, step.bytes);
+      }
       result = in;
       hold = st.recvSlot;
     }

@@ -176,6 +176,9 @@ class PlanRunner {
     std::byte* slots = nullptr;  // nslots * slotBytes
     size_t slotBytes = 0;
     int nslots = kSlots;
+    // Host: a receive of this stream may land where a send of the plan reads
+    // (layoutStreams): such receives wait for those sends in a slot.
+    bool overlaps = false;
     uint64_t freeSlots = (uint64_t(1) << kSlots) - 1;
     // A fan-in step's receives (sized once per step: posted transfers never
     // move) and the slots they land in.
@@ -215,6 +218,15 @@ class PlanRunner {
   // The memory type of a transfer at `p` (a staging slot, or a user buffer).
   transport::MemoryType memoryOf(const StreamState& st, const std::byte* p) const;
   void retireSends(StreamState& st, bool* progressed);
+  // The regions the plan's sends read, by start (for overlappingReceiveBytes).
+  struct SendRegions {
+    std::vector<std::pair<const std::byte*, const std::byte*>> begins;  // [begin, end), sorted
+    std::vector<const std::byte*> reach;  // the furthest end of the first i + 1
+  };
+  SendRegions sendRegions() const;
+  // The largest receive of `steps` straight into a region that a send of
+  // the plan reads (host); 0 when none.
+  size_t overlappingReceiveBytes(const std::vector<Step>& steps, const SendRegions& sends) const;
   bool writeBlocked(const std::byte* begin, size_t bytes) const;
   // True while a send step of another stream that reads [begin, begin +
   // bytes) has not posted its send yet (an in-place fold waits for the

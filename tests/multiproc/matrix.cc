@@ -238,8 +238,10 @@ size_t pairCount(const Case& c, int from, int to) {
 }
 
 // AlltoAll, Send/Recv ring, Send/Recv all pairs: a = what rank r sends
-// (block j for rank j), b = what it receives (block j from rank j).
+// (block j for rank j), b = what it receives (block j from rank j); in-place
+// AlltoAll receives block j from rank j into a's block j.
 void Builder::buildPointToPoint() {
+  const bool inPlace = c_.inPlace && c_.coll == Coll::kAlltoAll;
   auto sends = [&](int from, int to) {
     if (c_.coll == Coll::kSendRecvRing) return to == (from + 1) % n_;
     return true;
@@ -253,19 +255,19 @@ void Builder::buildPointToPoint() {
   for (int r = 0; r < n_; ++r) {
     RankBufs& rb = ranks_[size_t(r)];
     allocA(r, offset(r, n_, true));
-    allocB(r, offset(r, n_, false));
+    if (!inPlace) allocB(r, offset(r, n_, false));
     rb.send = rb.a.data();
-    rb.recv = rb.b.data();
+    rb.recv = inPlace ? rb.a.data() : rb.b.data();
     writeInputs(c_, r, rb.a.data(), rb.a.elems);
   }
   snapshot();
   for (int r = 0; r < n_; ++r) {
+    Buf& out = inPlace ? ranks_[size_t(r)].a : ranks_[size_t(r)].b;
     for (int j = 0; j < n_; ++j) {
       if (!sends(j, r)) continue;
-      copyInto(ranks_[size_t(j)].a.data() + offset(j, r, true) * es_, pairCount(c_, j, r), ranks_[size_t(r)].b,
-               offset(r, j, false));
+      copyInto(ranks_[size_t(j)].a.data() + offset(j, r, true) * es_, pairCount(c_, j, r), out, offset(r, j, false));
     }
-    markOutput(ranks_[size_t(r)].b, 0, ranks_[size_t(r)].b.elems);
+    markOutput(out, 0, out.elems);
   }
 }
 
@@ -389,7 +391,7 @@ bool collRooted(Coll c) {
   return c == Coll::kBroadcast || c == Coll::kReduce || c == Coll::kGather || c == Coll::kScatter;
 }
 bool collHasInPlace(Coll c) {
-  return c != Coll::kAlltoAll && c != Coll::kSendRecvRing && c != Coll::kSendRecvAllPairs;
+  return c != Coll::kSendRecvRing && c != Coll::kSendRecvAllPairs;
 }
 
 std::string Case::describe() const {
