@@ -3,9 +3,9 @@
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
-#include <sys/sysinfo.h>
 #include <sys/eventfd.h>
 #include <sys/random.h>
+#include <sys/sysinfo.h>
 #include <unistd.h>
 
 #include <algorithm>

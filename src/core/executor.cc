@@ -70,6 +70,12 @@ bool transforms(const Step& s, const kernels::Reduction& reduction, bool reducin
          (reduction.op == kernels::RedOp::kPreMulSum || (s.post && reduction.op == kernels::RedOp::kSumPostDiv));
 }
 
+// A step that sends its `local` input (not a received or folded message).
+bool sendsLocal(const Step& s) { return s.sendPeer >= 0 && s.recvPeer < 0 && s.fanIn.empty() && s.local.valid(); }
+
+// Staging slots are whole multiples of 256 bytes.
+size_t slotRound(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
 }  // namespace
 
 size_t PlanRunner::streamSlotBytes(const std::vector<Step>& steps, const kernels::Reduction& reduction,
@@ -84,7 +90,7 @@ size_t PlanRunner::streamSlotBytes(const std::vector<Step>& steps, const kernels
                           : (transforms(s, reduction, reducing) && s.sendPeer >= 0 && !s.out.valid());
     if (slot || !s.fanIn.empty()) biggest = std::max(biggest, s.bytes);
   }
-  return (biggest + 255) / 256 * 256;
+  return slotRound(biggest);
 }
 
 int PlanRunner::streamSlots(const std::vector<Step>& steps, const kernels::Reduction& reduction, bool reducing,
@@ -222,18 +228,17 @@ void PlanRunner::layoutStreams() {
       const size_t overlapping = overlappingReceiveBytes(plan_->streams[i].steps, sends);
       st.overlaps = overlapping > 0;
       if (overlapping > 0 && st.slotBytes == 0) st.nslots = 1;
-      st.slotBytes = std::max(st.slotBytes, (overlapping + 255) / 256 * 256);
+      st.slotBytes = std::max(st.slotBytes, slotRound(overlapping));
     }
     st.freeSlots = st.nslots == 64 ? ~uint64_t(0) : (uint64_t(1) << st.nslots) - 1;
   }
 }
 
-
 PlanRunner::SendRegions PlanRunner::sendRegions() const {
   SendRegions out;
   for (const Stream& stream : plan_->streams)
     for (const Step& s : stream.steps)
-      if (s.sendPeer >= 0 && s.recvPeer < 0 && s.local.valid() && s.bytes > 0)
+      if (sendsLocal(s) && s.bytes > 0)
         out.begins.push_back({ptr(s.local), ptr(s.local) + s.bytes});
   std::sort(out.begins.begin(), out.begins.end());
   // reach[i]: the furthest end among the first i + 1 regions.
@@ -328,7 +333,7 @@ bool PlanRunner::readPending(const StreamState& self, const std::byte* begin, si
     const auto& steps = plan_->streams[i].steps;
     for (size_t k = streams_[i].next; k < steps.size(); ++k) {
       const Step& s = steps[k];
-      if (s.sendPeer < 0 || s.recvPeer >= 0 || !s.fanIn.empty() || !s.local.valid()) continue;
+      if (!sendsLocal(s)) continue;
       const std::byte* from = ptr(s.local);
       if (from < end && begin < from + s.bytes) return true;
     }

@@ -68,9 +68,9 @@ class ShmConnection final : public Connection {
     // to whole pages, at least one page per slot).
     size_t fifoBytes = size_t(2) << 20;
     // Smallest hinted message (Transfer::singleCopy) this side sends
-    // single-copy. 0 = no single-copy
-    // touching this side: it sends everything through the FIFO and does not
-    // read the peer's memory (so the peer copies through the FIFO as well).
+    // single-copy. 0 = no single-copy touching this side: it sends
+    // everything through the FIFO and does not read the peer's memory (so
+    // the peer copies through the FIFO as well).
     size_t singleCopyMin = size_t(64) << 10;
     // From LOOM_SHM_FIFO_BYTES and LOOM_SHM_SINGLE_COPY_MIN.
     static Options fromSettings();
