@@ -10,11 +10,13 @@
 #include <nccl.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <numeric>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "mp_util.h"
@@ -248,6 +250,51 @@ TEST(CommFeatures, GroupedAndLoneCallsOfOneCollectiveMeet) {
         ASSERT_EQ(bc[size_t(r)][i], 99) << "rank " << r;
         for (int q = 0; q < n; ++q) ASSERT_EQ(gathered[size_t(r)][size_t(q) * count + i], q + 1) << "rank " << r;
       }
+  }
+  destroyAll(comms);
+}
+
+// The board lets a Broadcast's root run ahead of its readers, as far as
+// its lines allow: 63 operations whose data fits a cache line (64 inline
+// lines per rank), 7 larger ones (8 slots). The next one waits for the
+// reader; every value still arrives in order. (Each round starts with an
+// operation both ranks join: until the lines have all been used once, a
+// root may go one further.)
+TEST(CommFeatures, BroadcastRootRunsAheadOfItsReaderAsFarAsTheBoardHolds) {
+  std::vector<ncclComm_t> comms = initAll(2);
+  for (const auto& [count, ahead] : {std::pair<size_t, int>{2, 63}, std::pair<size_t, int>{1024, 7}}) {
+    std::vector<int32_t> both{1, 2};
+    onRanks(2, [&](int r) {
+      EXPECT_EQ(ncclAllReduce(&both[size_t(r)], &both[size_t(r)], 1, ncclInt32, ncclSum, comms[size_t(r)], nullptr),
+                ncclSuccess);
+    });
+    const int total = ahead + 1;
+    std::vector<std::vector<int32_t>> sent(static_cast<size_t>(total)), got(static_cast<size_t>(total));
+    for (int k = 0; k < total; ++k) {
+      sent[size_t(k)].assign(count, 1000 * k + int32_t(count));
+      got[size_t(k)].assign(count, -1);
+    }
+    std::atomic<int> rootDone{0};
+    std::thread root([&] {
+      for (int k = 0; k < total; ++k) {
+        EXPECT_EQ(ncclBroadcast(sent[size_t(k)].data(), sent[size_t(k)].data(), count, ncclInt32, 0, comms[0], nullptr),
+                  ncclSuccess) << ncclGetLastError(comms[0]);
+        rootDone.store(k + 1);
+      }
+    });
+    const auto start = std::chrono::steady_clock::now();
+    while (rootDone.load() < ahead && secondsSince(start) < kEndsWithinS)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    EXPECT_EQ(rootDone.load(), ahead) << count << " ints: the root did not get that far ahead of a reader that has not called";
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    EXPECT_EQ(rootDone.load(), ahead) << count << " ints: the root overtook a reader that has not called";
+    for (int k = 0; k < total; ++k) {
+      ASSERT_EQ(ncclBroadcast(nullptr, got[size_t(k)].data(), count, ncclInt32, 0, comms[1], nullptr), ncclSuccess)
+          << ncclGetLastError(comms[1]);
+    }
+    root.join();
+    EXPECT_EQ(rootDone.load(), total);
+    for (int k = 0; k < total; ++k) EXPECT_EQ(got[size_t(k)], sent[size_t(k)]) << count << " ints, operation " << k;
   }
   destroyAll(comms);
 }

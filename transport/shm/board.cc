@@ -40,7 +40,7 @@ struct BoardHeader {
 };
 
 size_t dataOffset(int members) {
-  const size_t inlineBytes = size_t(members) * kBoardSlots * 64;
+  const size_t inlineBytes = size_t(members) * kBoardInlineSlots * 64;
   return 2 * kPageBytes + (inlineBytes + kPageBytes - 1) / kPageBytes * kPageBytes;
 }
 

@@ -1,21 +1,22 @@
 // The board: one shared-memory segment that every rank of a host-local
 // group maps, for operations small enough to finish in one exchange.
 //
-// Each member has a sequence word on a cache line of its own and
+// Each member has a sequence word on a cache line of its own,
 // kBoardSlots data slots used in turn (operation s uses slot s %
-// kBoardSlots), each with a small line of its own for data that fits in
-// one cache line beside a stamp (inlineData). A member writes its data for
-// operation s into its slot (or the slot's inline line, then stamps it with
-// s), then publishes s; readers wait until a member's sequence (or the
+// kBoardSlots), and kBoardInlineSlots cache lines used in turn for data
+// that fits in one line beside a stamp (inlineData). A member writes its
+// data for operation s into its slot (or its inline line, then stamps it
+// with s), then publishes s; readers wait until a member's sequence (or the
 // stamp) reaches s and read the slot (or the line they just fetched). A
 // member publishes s only after it finished operation s-1, so once every
 // member has published s - kBoardSlots + 1, nobody reads the slot of
-// s - kBoardSlots any more and it can be reused for s: a member that only
-// writes (a Broadcast's root) runs up to kBoardSlots - 1 operations ahead of
-// its readers. No system call on the fast path: publishing is a store,
-// waiting is a spin on a cache line. A waiter that runs out of spins sleeps
-// on a futex on the sequence word's low half (FUTEX_WAIT on shared memory),
-// and a publisher calls FUTEX_WAKE only when it sees a sleeper.
+// s - kBoardSlots any more and it can be reused for s (inline lines: s -
+// kBoardInlineSlots + 1): a member that only writes (a Broadcast's root)
+// can run that many operations, less one, ahead of its readers. No system
+// call on the fast path: publishing is a store, waiting is a spin on a
+// cache line. A waiter that runs out of spins sleeps on a futex on the
+// sequence word's low half (FUTEX_WAIT on shared memory), and a publisher
+// calls FUTEX_WAKE only when it sees a sleeper.
 //
 // Setup: the leader create()s the segment (a sealed memfd, nothing in
 // /dev/shm) and ships describe() to the members, which open() it through
@@ -54,7 +55,8 @@ static_assert(sizeof(BoardDescriptor) == 48, "BoardDescriptor must keep its 48-b
 static_assert(std::is_trivially_copyable_v<BoardDescriptor>);
 inline constexpr uint64_t kBoardDescriptorMagic = 0x6472616F426D6F4CULL;  // "LomBoard"
 inline constexpr int kBoardMaxMembers = 64;
-inline constexpr int kBoardSlots = 8;  // per member
+inline constexpr int kBoardSlots = 8;         // per member
+inline constexpr int kBoardInlineSlots = 64;  // per member
 // Data up to this size can travel on the slot's own cache line with its
 // stamp (see Board::inlineData): one line for a reader to fetch, not two.
 inline constexpr size_t kBoardInlineBytes = 56;
@@ -132,7 +134,7 @@ class Board {
   Line* line(int m) const { return reinterpret_cast<Line*>(static_cast<std::byte*>(map_.get()) + kPageBytes) + m; }
   InlineLine* inlineLine(int m, uint64_t seq) const {
     return reinterpret_cast<InlineLine*>(static_cast<std::byte*>(map_.get()) + 2 * kPageBytes) +
-           (size_t(m) * kBoardSlots + size_t(seq % kBoardSlots));
+           (size_t(m) * kBoardInlineSlots + size_t(seq % kBoardInlineSlots));
   }
 
   Mapping map_;

@@ -46,8 +46,8 @@ TEST(Board, MembersSeeEachOthersSlotsAndSequences) {
 
 // Inline lines: data and stamp on one line per (member, slot), apart from
 // the slots and from every other member's lines; a stamp names one
-// operation, so the line's next use (kBoardSlots later) is not mistaken
-// for it.
+// operation, so the line's next use (kBoardInlineSlots later) is not
+// mistaken for it.
 TEST(Board, InlineLinesCarrySmallDataWithTheirStamp) {
   auto leader = Board::create(3, 4096);
   ASSERT_TRUE(leader.isOk()) << leader.status().message();
@@ -59,12 +59,12 @@ TEST(Board, InlineLinesCarrySmallDataWithTheirStamp) {
   const std::byte* slotsBegin = leader->data(0, 0);
   const std::byte* slotsEnd = leader->data(2, kBoardSlots - 1) + 4096;
   for (int m = 0; m < 3; ++m) {
-    for (uint64_t s = 1; s <= kBoardSlots; ++s) {
+    for (uint64_t s = 1; s <= kBoardInlineSlots; ++s) {
       // Outside the slots, and a whole line from every other inline line.
       const std::byte* line = leader->inlineData(m, s);
       EXPECT_TRUE(line + kBoardInlineBytes <= slotsBegin || line >= slotsEnd) << m << " " << s;
       for (int q = 0; q < 3; ++q) {
-        for (uint64_t t = 1; t <= kBoardSlots; ++t) {
+        for (uint64_t t = 1; t <= kBoardInlineSlots; ++t) {
           if (q == m && t == s) continue;
           const std::byte* o = leader->inlineData(q, t);
           EXPECT_GE(o > line ? size_t(o - line) : size_t(line - o), size_t(64)) << m << s << q << t;
@@ -78,17 +78,17 @@ TEST(Board, InlineLinesCarrySmallDataWithTheirStamp) {
   EXPECT_TRUE(leader->inlineStamped(1, 3));
   EXPECT_TRUE(leader->waitInline(1, 3, 0));
   EXPECT_STREQ(reinterpret_cast<const char*>(leader->inlineData(1, 3)), "inline");
-  EXPECT_FALSE(leader->inlineStamped(1, 3 + kBoardSlots));  // the same line, a later operation
+  EXPECT_FALSE(leader->inlineStamped(1, 3 + kBoardInlineSlots));  // the same line, a later operation
   EXPECT_FALSE(leader->waitInline(1, 4, 10));
-  other->stampInline(1, 3 + kBoardSlots);
-  EXPECT_TRUE(leader->inlineStamped(1, 3 + kBoardSlots));
+  other->stampInline(1, 3 + kBoardInlineSlots);
+  EXPECT_TRUE(leader->inlineStamped(1, 3 + kBoardInlineSlots));
   EXPECT_FALSE(leader->inlineStamped(1, 3));
   EXPECT_EQ(leader->seen(1), 0u);  // stamping is not publishing
   // The most members a board holds: their inline lines still end before
   // the first slot.
   auto full = Board::create(kBoardMaxMembers, 4096);
   ASSERT_TRUE(full.isOk()) << full.status().message();
-  EXPECT_LE(full->inlineData(kBoardMaxMembers - 1, kBoardSlots - 1) + kBoardInlineBytes, full->data(0, 0));
+  EXPECT_LE(full->inlineData(kBoardMaxMembers - 1, kBoardInlineSlots - 1) + kBoardInlineBytes, full->data(0, 0));
 }
 
 TEST(Board, SleepingWaiterIsWokenByThePublisher) {
