@@ -457,4 +457,48 @@ int currentNumaNode(const std::string& sysRoot) {
   return first < 0 ? -1 : detail::numaOfCpu(sysRoot, first);
 }
 
+std::vector<uint64_t> currentCpuMask() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::vector<uint64_t> mask;
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return mask;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (!CPU_ISSET(c, &set)) continue;
+    mask.resize(std::max(mask.size(), size_t(c / 64 + 1)), 0);
+    mask[size_t(c / 64)] |= uint64_t(1) << (c % 64);
+  }
+  return mask;
+}
+
+bool cpusShared(const std::vector<std::vector<uint64_t>>& masks, size_t me) {
+  std::vector<uint64_t> all;  // every CPU of any mask: what an empty one means
+  for (const auto& m : masks) {
+    all.resize(std::max(all.size(), m.size()), 0);
+    for (size_t w = 0; w < m.size(); ++w) all[w] |= m[w];
+  }
+  auto cpusOf = [&](const std::vector<uint64_t>& m) -> const std::vector<uint64_t>& { return m.empty() ? all : m; };
+  auto count = [](const std::vector<uint64_t>& m) {
+    size_t n = 0;
+    for (uint64_t w : m) n += size_t(__builtin_popcountll(w));
+    return n;
+  };
+  // Each rank puts 1 / |its mask| on each of its CPUs; `me` shares when its
+  // CPUs carry more than one rank each on average (a small tolerance for
+  // the sums of fractions).
+  const std::vector<uint64_t>& mine = cpusOf(masks[me]);
+  const size_t myCpus = count(mine);
+  if (myCpus == 0) return masks.size() > 1;
+  double load = 0;
+  for (const auto& m : masks) {
+    const std::vector<uint64_t>& theirs = cpusOf(m);
+    const size_t n = count(theirs);
+    if (n == 0) continue;
+    size_t common = 0;
+    for (size_t w = 0; w < std::min(theirs.size(), mine.size()); ++w)
+      common += size_t(__builtin_popcountll(theirs[w] & mine[w]));
+    load += double(common) / double(n);
+  }
+  return load > double(myCpus) * (1 + 1e-9);
+}
+
 }  // namespace loom::topology

@@ -7,8 +7,10 @@
 // None of these libraries is needed to build or load loom.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "topology/topology.h"
@@ -34,5 +36,16 @@ Result<std::shared_ptr<const Topology>> localTopology();
 // The NUMA node whose CPUs include the CPUs this thread may run on (the
 // first of them), -1 when sysfs has no NUMA information.
 int currentNumaNode(const std::string& sysRoot = "/sys");
+
+// The CPUs this thread may run on (sched_getaffinity): bit c of word c / 64.
+std::vector<uint64_t> currentCpuMask();
+
+// Whether the ranks of one host that `masks` describe (each rank's
+// currentCpuMask()) have more ranks than CPUs where rank `me` runs: every
+// rank spreads evenly over the CPUs of its mask, and `me`'s CPUs carry more
+// than one rank on average. Unbound ranks (all CPUs each): more ranks than
+// CPUs. Ranks bound a CPU each: shared only where two share one. An empty
+// mask (not known) counts as every CPU in any mask.
+bool cpusShared(const std::vector<std::vector<uint64_t>>& masks, size_t me);
 
 }  // namespace loom::topology

@@ -293,6 +293,7 @@ Status Communicator::initFromId(const uint8_t id[kUniqueIdBytes], int nranks, in
 
 Status placeSelf(wire::RankInfo* self, int device) {
   self->numa = topology::currentNumaNode();
+  self->cpuMask = topology::currentCpuMask();
   auto found = topology::localTopology();
   if (!found.isOk()) {
     // A file the user named must load; a machine that cannot be detected
@@ -440,11 +441,21 @@ void Communicator::scheduleFromTable() {
   tuning_.device = mode_ == Mode::kCuda;
   tuning_.filter = options_.algorithms;
   tuning_.deterministic = options_.deterministic;
-  int local = 0;
-  for (int r = 0; r < nranks_; ++r) local += bootstrap_->peer(r).hostHash == bootstrap_->peer(rank_).hostHash;
+  // Whether this rank's CPUs also run other ranks of its host, from every
+  // local rank's CPU mask: ranks bound a core each do not share (2 ranks
+  // on 2 cores took each its own core's spin budget only from here on:
+  // before, one core each in the mask read as 2 ranks on 1 CPU).
+  std::vector<std::vector<uint64_t>> masks;
+  size_t mine = 0;
+  for (int r = 0; r < nranks_; ++r) {
+    if (bootstrap_->peer(r).hostHash != bootstrap_->peer(rank_).hostHash) continue;
+    if (r == rank_) mine = masks.size();
+    masks.push_back(bootstrap_->peer(r).cpuMask);
+  }
+  const int local = int(masks.size());
   cpu_set_t cpus;
   const int cores = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
-  cpusShared_ = local > cores;
+  cpusShared_ = topology::cpusShared(masks, mine);
   const bool network = tuning_.links == LinkClass::kNetwork;
   spinRounds_ = cpusShared_ || network ? kSharedSpinRounds : kDedicatedSpinRounds;
   sliceBytes_ = network ? options_.networkSliceBytes : options_.sliceBytes;

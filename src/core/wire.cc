@@ -34,6 +34,9 @@ std::vector<uint8_t> encode(const RankInfo& info) {
   w.putString(std::string_view(info.hostname).substr(0, kMaxHostnameBytes));
   w.put(info.transports);
   w.put(info.flags);
+  const size_t words = std::min(info.cpuMask.size(), kMaxCpuWords);
+  w.put(uint32_t(words));
+  for (size_t i = 0; i < words; ++i) w.put(info.cpuMask[i]);
   return out;
 }
 
@@ -80,9 +83,13 @@ Result<RankInfo> decodeRankInfo(std::span<const uint8_t> blob) {
     LOOM_TRY(r.finish());
     return remoteError("the peer sent a malformed rank info");
   }
-  r.getString(&info.hostname, kMaxHostnameBytes);
-  r.get(&info.transports);
-  r.get(&info.flags);
+  uint32_t words = 0;
+  if (r.getString(&info.hostname, kMaxHostnameBytes) && r.get(&info.transports) && r.get(&info.flags) &&
+      r.get(&words)) {
+    if (words > kMaxCpuWords) return remoteError("the peer sent a rank info with too large a CPU mask");
+    info.cpuMask.resize(words);
+    for (uint64_t& w : info.cpuMask) r.get(&w);
+  }
   LOOM_TRY(r.finish());
   return info;
 }

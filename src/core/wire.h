@@ -86,10 +86,14 @@ struct RankInfo {
   std::string hostname;              // at most kMaxHostnameBytes
   uint32_t transports = 0;           // transport::kTransport* bits this rank can use
   uint32_t flags = 0;                // kRankFlag* bits: what this rank's settings ask of all
+  // The CPUs the rank may run on (topology::currentCpuMask(), at most
+  // kMaxCpuWords words): whether ranks of one host share CPUs.
+  std::vector<uint64_t> cpuMask;
 };
 // 2: gpuUuid (before the hostname). 3: numa, pciPath, nics (before the hostname).
 // 4: transports (after the hostname). 5: flags (after transports).
-constexpr uint32_t kRankInfoVersion = 5;
+// 6: cpuMask (after flags).
+constexpr uint32_t kRankInfoVersion = 6;
 // Settings every rank must share to take effect: a rank that asks alone
 // must not start something its peers will not join.
 constexpr uint32_t kRankFlagCalibrate = 1u << 0;  // LOOM_CALIBRATE
@@ -98,6 +102,7 @@ constexpr size_t kMaxNics = 32;
 constexpr size_t kMaxNameBytes = 64;  // a bus id or NIC name
 constexpr size_t kMaxUuidBytes = 64;
 constexpr size_t kMaxHostnameBytes = 255;
+constexpr size_t kMaxCpuWords = 64;  // 4096 CPUs
 constexpr uint32_t kMaxRankInfoBytes = 64 << 10;  // room for what later versions carry
 
 std::vector<uint8_t> encode(const RankInfo& info);

@@ -5,6 +5,7 @@
 #include "topology/detect.h"
 
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -220,6 +221,37 @@ TEST(Detect, ThisMachineWithHwlocAndSysfs) {
     EXPECT_EQ(b->nodes[size_t(m)].cores, a->nodes[size_t(n)].cores);
   }
   EXPECT_GE(currentNumaNode(), 0);
+}
+
+// Whether a rank's CPUs run other ranks too, from the local ranks' masks.
+TEST(CpusShared, FollowsHowRanksAreBound) {
+  using Masks = std::vector<std::vector<uint64_t>>;
+  // Unbound on 2 CPUs: 2 ranks have one each, 3 do not.
+  EXPECT_FALSE(cpusShared(Masks{{0x3}, {0x3}}, 0));
+  EXPECT_TRUE(cpusShared(Masks{{0x3}, {0x3}, {0x3}}, 2));
+  // Bound a CPU each (loomrun --bind-to core): 2 ranks on 2 CPUs share
+  // nothing; 4 on 2 share every CPU.
+  EXPECT_FALSE(cpusShared(Masks{{0x1}, {0x2}}, 0));
+  EXPECT_FALSE(cpusShared(Masks{{0x1}, {0x2}}, 1));
+  EXPECT_TRUE(cpusShared(Masks{{0x1}, {0x2}, {0x1}, {0x2}}, 1));
+  // Two ranks pinned to CPU 0 beside two unbound on 4 CPUs: the pinned
+  // ones share, the unbound ones have CPUs 1-3 to go to.
+  const Masks mixed{{0x1}, {0x1}, {0xf}, {0xf}};
+  EXPECT_TRUE(cpusShared(mixed, 0));
+  EXPECT_FALSE(cpusShared(mixed, 2));
+  // A mask that was not sent counts as every CPU of the others' masks;
+  // CPUs past the first word count like any other.
+  EXPECT_FALSE(cpusShared(Masks{{}, {0x1, 0x1}}, 0));
+  EXPECT_TRUE(cpusShared(Masks{{0, 0x1}, {0, 0x1}}, 0));
+  EXPECT_FALSE(cpusShared(Masks{{0x1}}, 0));
+}
+
+TEST(CpusShared, ThisThreadsMaskHoldsTheCpuItRunsOn) {
+  const std::vector<uint64_t> mask = currentCpuMask();
+  const int cpu = sched_getcpu();
+  ASSERT_GE(cpu, 0);
+  ASSERT_GT(mask.size(), size_t(cpu / 64));
+  EXPECT_TRUE(mask[size_t(cpu / 64)] >> (cpu % 64) & 1);
 }
 
 }  // namespace

@@ -28,6 +28,7 @@ wire::RankInfo sampleInfo() {
   info.hostname = "node-17.cluster";
   info.transports = 1;  // a usable verbs port
   info.flags = wire::kRankFlagCalibrate;
+  info.cpuMask = {0x5, uint64_t(1) << 63};  // CPUs 0, 2 and 127
   return info;
 }
 
@@ -56,6 +57,7 @@ void expectSame(const wire::RankInfo& a, const wire::RankInfo& b) {
   EXPECT_EQ(a.hostname, b.hostname);
   EXPECT_EQ(a.transports, b.transports);
   EXPECT_EQ(a.flags, b.flags);
+  EXPECT_EQ(a.cpuMask, b.cpuMask);
 }
 
 TEST(Wire, RankInfoRoundTripsAndStartsWithItsVersion) {
@@ -81,12 +83,31 @@ TEST(Wire, RankInfoRefusesTooManyNicsOrPciLevels) {
   wire::RankInfo none = sampleInfo();
   none.nics.clear();
   auto small = wire::encode(none);
-  // Before the hostname (its length and bytes), the transports and the flags.
-  const size_t countAt = small.size() - 4 - 4 - none.hostname.size() - 4 - 4;
+  // Before the hostname (its length and bytes), the transports, the flags
+  // and the CPU mask (its word count and words).
+  const size_t countAt = small.size() - 4 - 8 * none.cpuMask.size() - 4 - 4 - none.hostname.size() - 4 - 4;
   small[countAt] = uint8_t(wire::kMaxNics + 1);
   auto r = wire::decodeRankInfo(small);
   ASSERT_FALSE(r.isOk());
   EXPECT_NE(r.status().message().find("too many"), std::string::npos) << r.status().message();
+}
+
+// A CPU mask travels up to kMaxCpuWords words; a blob that claims more is
+// refused before anything is allocated for it.
+TEST(Wire, RankInfoCpuMaskIsBounded) {
+  wire::RankInfo wide = sampleInfo();
+  wide.cpuMask.assign(wire::kMaxCpuWords + 3, 1);
+  auto back = wire::decodeRankInfo(wire::encode(wide));
+  ASSERT_TRUE(back.isOk()) << back.status().message();
+  EXPECT_EQ(back->cpuMask.size(), wire::kMaxCpuWords);
+  wire::RankInfo none = sampleInfo();
+  none.cpuMask.clear();
+  auto blob = wire::encode(none);
+  blob[blob.size() - 4] = uint8_t(wire::kMaxCpuWords + 1);  // the word count, last
+  blob.resize(blob.size() + 8 * (wire::kMaxCpuWords + 1));
+  auto r = wire::decodeRankInfo(blob);
+  ASSERT_FALSE(r.isOk());
+  EXPECT_NE(r.status().message().find("CPU mask"), std::string::npos) << r.status().message();
 }
 
 TEST(Wire, RankInfoRefusesOtherVersionsShortLongAndOversizedBlobs) {
@@ -112,7 +133,8 @@ TEST(Wire, RankInfoRefusesOtherVersionsShortLongAndOversizedBlobs) {
   big.hostname.assign(wire::kMaxHostnameBytes, 'h');
   auto atLimit = wire::encode(big);
   ASSERT_TRUE(wire::decodeRankInfo(atLimit).isOk());
-  const size_t lengthAt = atLimit.size() - 4 - 4 - wire::kMaxHostnameBytes - 4;  // transports and flags come last
+  // Transports, flags and the CPU mask come last.
+  const size_t lengthAt = atLimit.size() - 4 - 8 * big.cpuMask.size() - 4 - 4 - wire::kMaxHostnameBytes - 4;
   atLimit[lengthAt + 1] = 1;  // 255 + 256 bytes
   refused(atLimit, "oversized string");
   refused(std::vector<uint8_t>(wire::kMaxRankInfoBytes + 1, 1), "oversized rank info");
