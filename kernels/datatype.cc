@@ -2,28 +2,6 @@
 
 namespace loom::kernels {
 
-size_t dataTypeSize(DataType t) {
-  switch (t) {
-    case DataType::kInt8:
-    case DataType::kUint8:
-    case DataType::kFloat8e4m3:
-    case DataType::kFloat8e5m2:
-      return 1;
-    case DataType::kFloat16:
-    case DataType::kBfloat16:
-      return 2;
-    case DataType::kInt32:
-    case DataType::kUint32:
-    case DataType::kFloat32:
-      return 4;
-    case DataType::kInt64:
-    case DataType::kUint64:
-    case DataType::kFloat64:
-      return 8;
-  }
-  return 0;  // not a DataType value: callers validate before using the size
-}
-
 const char* dataTypeName(DataType t) {
   // Spelled as nccl-tests prints them, so logs and tools line up with it.
   switch (t) {

@@ -1,6 +1,4 @@
 // Collectives and point-to-point calls: argument checks, then the engine.
-#include <limits>
-
 #include "api/api.h"
 #include "core/group.h"
 
@@ -24,7 +22,7 @@ Status prepare(OpKind kind, const void* sendbuff, void* recvbuff, size_t count, 
   const size_t span = (kind == OpKind::kAllGather || kind == OpKind::kReduceScatter ||
                        kind == OpKind::kAllToAll || kind == OpKind::kGather || kind == OpKind::kScatter)
                           ? size_t(n) : 1;
-  if (count > std::numeric_limits<size_t>::max() / es / span) {
+  if (size_t bytes = 0; __builtin_mul_overflow(count, es * span, &bytes)) {
     return invalidArgument("count " + std::to_string(count) + " overflows the buffer size for " +
                            std::to_string(n) + " ranks");
   }

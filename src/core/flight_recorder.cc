@@ -37,7 +37,7 @@ const char* flightStateName(FlightRecorder::State s) {
   return "?";
 }
 
-uint64_t FlightRecorder::record(const Entry& e, bool running) {
+uint64_t FlightRecorder::record(const Entry& e, State state) {
   if (capacity_ == 0) return 0;
   const int64_t now = wallMicros();
   std::lock_guard<SpinMutex> lock(mutex_);
@@ -45,10 +45,10 @@ uint64_t FlightRecorder::record(const Entry& e, bool running) {
   const uint64_t id = ++recorded_;
   Entry& slot = ring_[(id - 1) % capacity_];
   slot = e;
-  slot.state = running ? State::kRunning : State::kQueued;
+  slot.state = state;
   slot.enqueueUs = now;
-  slot.startUs = running ? now : 0;
-  slot.endUs = 0;
+  slot.startUs = state == State::kQueued ? 0 : now;
+  slot.endUs = state == State::kDone || state == State::kFailed ? now : 0;
   return id;
 }
 

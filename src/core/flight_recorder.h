@@ -54,9 +54,10 @@ class FlightRecorder {
   // capacity 0: records nothing.
   explicit FlightRecorder(size_t capacity) : capacity_(capacity) {}
 
-  // Records a queued operation (`running`: one that starts at once); returns
-  // its id for the calls below.
-  uint64_t record(const Entry& e, bool running = false);
+  // Records an operation in state `state` (queued; running: one that starts
+  // at once; done: one that already finished, all three times now, a
+  // single look at the clock); returns its id for the calls below.
+  uint64_t record(const Entry& e, State state = State::kQueued);
   void started(uint64_t id);
   void finished(uint64_t id, bool ok);
 

@@ -85,11 +85,12 @@ std::string Task::name() const {
 }
 
 // A collective's entry in the communicator's flight recorder.
-uint64_t recordCollective(Communicator* comm, const OpDesc& op, uint64_t seq, bool running = false) {
+uint64_t recordCollective(Communicator* comm, const OpDesc& op, uint64_t seq,
+                          FlightRecorder::State state = FlightRecorder::State::kQueued) {
   return comm->flight().record(FlightRecorder::Entry{
       .seq = seq, .collSeq = comm->nextCollSeq(), .kind = opKindName(op.kind), .count = op.count,
       .type = kernels::dataTypeName(op.type), .op = isReducing(op.kind) ? kernels::redOpName(op.reduction.op) : "",
-      .root = op.kind == OpKind::kBroadcast || op.kind == OpKind::kReduce ? op.root : -1}, running);
+      .root = op.kind == OpKind::kBroadcast || op.kind == OpKind::kReduce ? op.root : -1}, state);
 }
 
 // The cached plan of a collective, or a new one from the algorithm the
@@ -473,12 +474,14 @@ Status runSingle(const CommRef& comm, const OpDesc& op) {
     LOOM_TRY(c->asyncError());
     if (c->aborted()) return abortedError(std::string("running ") + opKindName(op.kind));
     const uint64_t seq = c->nextSeq();
-    const uint64_t flightId = recordCollective(c, op, seq, true);
     lp->start(op);
     if (lp->finishSoon(c->cpusShared(), c->spinRounds())) {
-      c->flight().finished(flightId, true);
+      // Recorded once done: one entry, one look at the clock (a dump
+      // taken meanwhile misses an operation that takes microseconds).
+      recordCollective(c, op, seq, FlightRecorder::State::kDone);
       return Status::ok();
     }
+    const uint64_t flightId = recordCollective(c, op, seq, FlightRecorder::State::kRunning);
     Task t;
     t.ops = {op};
     t.board = true;

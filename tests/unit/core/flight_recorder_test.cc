@@ -41,6 +41,23 @@ TEST(FlightRecorder, KeepsTheNewestEntriesWithTheirStates) {
   EXPECT_EQ(entries[0].startUs, 0);
 }
 
+// An operation recorded as it starts (running) or once it finished (done,
+// as the latency path records the ones that complete at once).
+TEST(FlightRecorder, RecordsRunningAndFinishedOperationsInOneCall) {
+  FlightRecorder r(4);
+  r.record(op(1), FlightRecorder::State::kRunning);
+  r.record(op(2), FlightRecorder::State::kDone);
+  auto entries = r.snapshot();
+  ASSERT_EQ(entries.size(), 2u);
+  EXPECT_EQ(entries[0].state, FlightRecorder::State::kRunning);
+  EXPECT_EQ(entries[0].startUs, entries[0].enqueueUs);
+  EXPECT_EQ(entries[0].endUs, 0);
+  EXPECT_EQ(entries[1].state, FlightRecorder::State::kDone);
+  EXPECT_GT(entries[1].enqueueUs, 0);
+  EXPECT_EQ(entries[1].startUs, entries[1].enqueueUs);
+  EXPECT_EQ(entries[1].endUs, entries[1].enqueueUs);
+}
+
 TEST(FlightRecorder, NoCapacityRecordsNothing) {
   FlightRecorder r(0);
   EXPECT_EQ(r.record(op(1)), 0u);
