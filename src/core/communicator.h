@@ -249,7 +249,8 @@ class Communicator {
   // The topology's two trees as each rank's parent, when the ranks span
   // hosts (empty on one host: PlanParams::trees), set at init.
   std::span<const std::vector<int>> trees() const { return trees_; }
-  // True when this host's ranks outnumber the CPUs this process may use.
+  // True when this rank's CPUs also run other ranks of its host
+  // (topology::cpusShared over the local ranks' CPU masks).
   bool cpusShared() const { return cpusShared_; }
   // The shared-memory board for small collectives, or null (use under opMutex).
   LatencyPath* latencyPath() { return latency_.get(); }

@@ -26,11 +26,11 @@
 namespace loom::transport::shm {
 namespace {
 
-constexpr uint32_t kBoardVersion = 3;
+constexpr uint32_t kBoardVersion = 4;  // 4: kBoardInlineSlots lines per member
 constexpr unsigned kSeals = F_SEAL_SHRINK | F_SEAL_GROW;
 
-// Page 0: header; page 1: one line per member; then the inline lines (one
-// per slot, whole pages); then the slots.
+// Page 0: header; page 1: one line per member; then the inline lines
+// (kBoardInlineSlots per member, whole pages); then the slots.
 struct BoardHeader {
   uint64_t magic;
   uint64_t nonce;

@@ -96,8 +96,8 @@ class Board {
     return static_cast<std::byte*>(map_.get()) + dataOffset_ +
            (size_t(member) * kBoardSlots + size_t(seq % kBoardSlots)) * slotBytes_;
   }
-  // Small data: each slot also has a cache line of its own holding up to
-  // kBoardInlineBytes and a stamp. The writer fills inlineData(), then
+  // Small data: kBoardInlineSlots cache lines per member, used in turn,
+  // each holding up to kBoardInlineBytes and a stamp. The writer fills inlineData(), then
   // stamps it with stampInline() before it publish()es `seq`; a reader
   // that sees inlineStamped() reads the data from the line it just
   // fetched. publish() still follows: slot reuse and sleepers use it.
