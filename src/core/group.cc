@@ -476,8 +476,10 @@ Status runSingle(const CommRef& comm, const OpDesc& op) {
     const uint64_t seq = c->nextSeq();
     lp->start(op);
     if (lp->finishSoon(c->cpusShared(), c->spinRounds())) {
-      // Recorded once done: one entry, one look at the clock (a dump
-      // taken meanwhile misses an operation that takes microseconds).
+      // Recorded once done: one entry, one look at the clock. A dump
+      // taken meanwhile misses it; one that waits for a late rank is
+      // recorded as running when the engine takes it over below (its
+      // times lag by the wait so far).
       recordCollective(c, op, seq, FlightRecorder::State::kDone);
       return Status::ok();
     }
