@@ -79,6 +79,12 @@ void reduce(const CpuKernelConfig& config, const Reduction& r, void* dst, const 
 void copy(void* dst, const void* src, size_t bytes);
 void copy(const CpuKernelConfig& config, void* dst, const void* src, size_t bytes);
 
+// A copy into memory that another core reads next (a board slot): from
+// CpuKernelConfig::handoffStreamingMinBytes on, with streaming stores and
+// an sfence, so the reader fetches it from memory. dst and src must not
+// overlap.
+void copyForPeer(void* dst, const void* src, size_t bytes);
+
 // Copies src to every one of dsts[0..ndsts-1], reading src once. A
 // destination equal to src is skipped; otherwise destinations must not
 // overlap src or each other. No alignment is required.

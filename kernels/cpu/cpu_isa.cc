@@ -71,6 +71,8 @@ CpuKernelConfig resolveDefaultConfig() {
   }
   const int64_t streaming = settings->getInt("LOOM_CPU_STREAMING_BYTES");
   config.streamingMinBytes = streaming <= 0 ? SIZE_MAX : size_t(streaming);
+  const int64_t handoff = settings->getInt("LOOM_CPU_HANDOFF_STREAMING_BYTES");
+  config.handoffStreamingMinBytes = handoff <= 0 ? SIZE_MAX : size_t(handoff);
   LOOM_INFO(log::kInit, "host kernels: %s (CPU runs up to %s), streaming stores from %lld bytes",
             cpuIsaName(config.isa), cpuIsaName(detectedCpuIsa()), static_cast<long long>(streaming));
   return config;

@@ -52,12 +52,22 @@ struct CpuKernelConfig {
   // (e.g. a ready flag) of the calling thread. fp8 reductions never stream
   // (bound by arithmetic, they measured slower with it).
   size_t streamingMinBytes = SIZE_MAX;
+  // copyForPeer(): a copy that another core reads next (the shared-memory
+  // board's slots) streams from this many bytes (setting
+  // LOOM_CPU_HANDOFF_STREAMING_BYTES, default 8 KiB). The reader then
+  // fetches lines from memory instead of taking each one, modified, out
+  // of the writer's cache, and the writer's next copy into the slot needs
+  // no ownership request for lines the reader holds: 2 ranks, Broadcast of
+  // 16 KiB from 3-8 to 1.4 us, AllReduce of 64 KiB on 4 ranks from 77 to
+  // 30 us. Below 8 KiB it measured the same or slower.
+  size_t handoffStreamingMinBytes = SIZE_MAX;
 };
 
 // The process-wide configuration, resolved on first use from the settings
 // LOOM_CPU_ISA (auto|avx512vbmi|avx512|avx2|scalar; asking for a level the CPU lacks
-// logs one warning and uses the best available one) and
-// LOOM_CPU_STREAMING_BYTES. Thread-safe; never changes afterwards.
+// logs one warning and uses the best available one),
+// LOOM_CPU_STREAMING_BYTES and LOOM_CPU_HANDOFF_STREAMING_BYTES. Thread-safe;
+// never changes afterwards.
 const CpuKernelConfig& defaultCpuKernelConfig();
 
 // LOOM_ACCUMULATE=fp32 (read once per process): see Accumulation in reduce.h.

@@ -164,7 +164,7 @@ void LatencyPath::publish() {
   if (contribution) {
     if (isReducing(op.kind) && red.op == kernels::RedOp::kPreMulSum)
       kernels::reduce(red, mine, nullptr, 0, send, contribution / es, false);
-    else std::memcpy(mine, send, contribution);
+    else kernels::copyForPeer(mine, send, contribution);
   }
   if (inline_) board_.stampInline(rank_, s_);
   board_.publish(rank_, s_);

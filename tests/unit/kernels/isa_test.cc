@@ -340,5 +340,26 @@ TEST(Streaming, LargeReduceAndCopyMatchRegularStores) {
   EXPECT_EQ(std::memcmp(streamed.data(), regular.data(), count * sizeof(float)), 0);
 }
 
+// copyForPeer: below and above its threshold (8 KiB by default), every
+// alignment of either end and odd lengths copy exactly, nothing past the end.
+TEST(Streaming, CopyForPeerCopiesExactlyAtEverySizeAndAlignment) {
+  EXPECT_EQ(defaultCpuKernelConfig().handoffStreamingMinBytes, size_t(8192));
+  std::vector<uint8_t> src(70000), dst(70100);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = uint8_t(i * 7 + 3);
+  for (size_t bytes : {size_t(0), size_t(1), size_t(63), size_t(8191), size_t(8192), size_t(8193), size_t(65536),
+                       size_t(69999)}) {
+    for (size_t dstOff : {0, 1, 17, 64}) {
+      for (size_t srcOff : {0, 5}) {
+        if (srcOff + bytes > src.size()) continue;
+        std::fill(dst.begin(), dst.end(), uint8_t(0xee));
+        copyForPeer(dst.data() + dstOff, src.data() + srcOff, bytes);
+        ASSERT_EQ(std::memcmp(dst.data() + dstOff, src.data() + srcOff, bytes), 0) << bytes << " " << dstOff;
+        for (size_t i = 0; i < dstOff; ++i) ASSERT_EQ(dst[i], 0xee) << "before, " << bytes << " " << dstOff;
+        for (size_t i = dstOff + bytes; i < dst.size(); ++i) ASSERT_EQ(dst[i], 0xee) << "after, " << bytes;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace loom::kernels
