@@ -263,7 +263,10 @@ TEST(CommFeatures, GroupedAndLoneCallsOfOneCollectiveMeet) {
 TEST(CommFeatures, BroadcastRootRunsAheadOfItsReaderAsFarAsTheBoardHolds) {
   ScopedEnv env({"LOOM_LATENCY_PATH=1", "NCCL_SHM_DISABLE=0"});
   std::vector<ncclComm_t> comms = initAll(2);
-  for (const auto& [count, ahead] : {std::pair<size_t, int>{2, 63}, std::pair<size_t, int>{1024, 7}}) {
+  for (const std::pair<size_t, int>& round : {std::pair<size_t, int>{2, 63}, std::pair<size_t, int>{1024, 7}}) {
+    // Plain locals, not a structured binding: the lambdas below capture them.
+    const size_t count = round.first;
+    const int ahead = round.second;
     std::vector<int32_t> both{1, 2};
     onRanks(2, [&](int r) {
       EXPECT_EQ(ncclAllReduce(&both[size_t(r)], &both[size_t(r)], 1, ncclInt32, ncclSum, comms[size_t(r)], nullptr),
