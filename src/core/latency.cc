@@ -221,7 +221,8 @@ bool LatencyPath::step(bool* progressed) {
     // earlier operation: free once everyone published the one after it. A
     // Broadcast's root runs up to lead - 1 operations ahead of its readers:
     // 4 ranks on 2 cores, 8 B, from 0.75-1.0 us with 8 inline lines to
-    // 0.34-0.52 with 64.
+    // 0.34-0.52 with 64 and 0.24-0.28 with 1024 (fewer switches between
+    // the ranks sharing a core); 8 ranks 0.61-0.99 -> 0.46-0.69.
     const uint64_t lead = inline_ ? transport::shm::kBoardInlineSlots : transport::shm::kBoardSlots;
     if (s_ > lead && !allPublished(others_, s_ - lead + 1)) return false;
     publish();

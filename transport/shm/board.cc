@@ -26,7 +26,7 @@
 namespace loom::transport::shm {
 namespace {
 
-constexpr uint32_t kBoardVersion = 4;  // 4: kBoardInlineSlots lines per member
+constexpr uint32_t kBoardVersion = 5;  // 5: 1024 inline lines per member
 constexpr unsigned kSeals = F_SEAL_SHRINK | F_SEAL_GROW;
 
 // Page 0: header; page 1: one line per member; then the inline lines

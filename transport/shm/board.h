@@ -56,7 +56,7 @@ static_assert(std::is_trivially_copyable_v<BoardDescriptor>);
 inline constexpr uint64_t kBoardDescriptorMagic = 0x6472616F426D6F4CULL;  // "LomBoard"
 inline constexpr int kBoardMaxMembers = 64;
 inline constexpr int kBoardSlots = 8;         // per member
-inline constexpr int kBoardInlineSlots = 64;  // per member
+inline constexpr int kBoardInlineSlots = 1024;  // per member
 // Data up to this size can travel on the slot's own cache line with its
 // stamp (see Board::inlineData): one line for a reader to fetch, not two.
 inline constexpr size_t kBoardInlineBytes = 56;
