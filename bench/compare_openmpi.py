@@ -19,7 +19,8 @@ small size is timed on data the previous call did not leave in the caches.
 --hot runs every size on its own instead (-b = -e), which keeps the buffers
 in place: the cache-resident case. --sizes lists the sizes to run that way
 (min: the smallest with a 16-byte block per rank, nccl-tests' alignment),
-with iterations scaled to the size (-n is then the least).
+with iterations scaled to the size (-n is then the least) and a tenth as
+many warm-up calls (-w is then the least), for both programs.
 
   bench/compare_openmpi.py --build build --ranks 2,4 -b 1M -e 256M --rounds 3
   bench/compare_openmpi.py --coll allreduce,broadcast --ranks 2,4 --sizes min,64K,1M
@@ -121,24 +122,29 @@ def run(cmd, env=None):
 
 
 def size_ranges(args, coll, n):
-    """[(b, e, iters)] for one collective on n ranks."""
+    """[(b, e, iters, warm-ups)] for one collective on n ranks."""
     if args.sizes:
         out = []
         for text in args.sizes.split(","):
             size = 16 * n if text == "min" and coll in ("allgather", "reducescatter") else (
                 8 if text == "min" else parse_size(text))
-            # Enough calls to time small sizes (at least -n).
+            # Enough calls to time small sizes (at least -n), after a tenth as
+            # many warm-ups (at least -w): a run of 20000 calls of 0.2 us lasts
+            # 4 ms, less than the kernel may take to move one of two ranks
+            # that started on the same CPU to the other (a 32-byte
+            # ReduceScatter out of place on 2 ranks, unbound, measured 1.5-2.4
+            # us in 1 run of 5 with 2 warm-ups, 0.2 us otherwise).
             iters = max(int(args.n), min(20000, (1 << 26) // max(size, 1)))
-            out.append((str(size), str(size), str(iters)))
+            out.append((str(size), str(size), str(iters), str(max(int(args.w), iters // 10))))
         return out
     if args.hot:
         out = []
         size, end = parse_size(args.b), parse_size(args.e)
         while size <= end:
-            out.append((str(size), str(size), args.n))
+            out.append((str(size), str(size), args.n, args.w))
             size *= 2
         return out
-    return [(args.b, args.e, args.n)]
+    return [(args.b, args.e, args.n, args.w)]
 
 
 def main():
@@ -185,13 +191,13 @@ def main():
             loom_runs, mpi_runs = [], []
             for r in range(args.rounds):
                 loom, mpi = {}, {}
-                for b, e, iters in ranges:
+                for b, e, iters, warm in ranges:
                     loom.update(parse(run([loomrun, "-n", str(n)] + loom_bind + [perf, "-b", b, "-e", e, "-f", "2", "-n", iters,
-                                           "-w", args.w, "-c", "1" if r == 0 else "0"]), ROW))
+                                           "-w", warm, "-c", "1" if r == 0 else "0"]), ROW))
                     mpi.update(parse(run(["mpirun", "--oversubscribe", "--allow-run-as-root", "-np", str(n)] + mpi_bind + [
                                           "--mca", "btl", "self,vader", "--mca", "pml", "ob1",
                                           mpi_exe, "-o", mpi_name, "-b", b, "-e", e, "-f", "2", "-n", iters,
-                                          "-w", args.w], env=mpi_env), MPI_ROW))
+                                          "-w", warm], env=mpi_env), MPI_ROW))
                 loom_runs.append(loom)
                 mpi_runs.append(mpi)
             results.append((n, [("loom " + coll, loom_runs), ("Open MPI " + coll, mpi_runs)]))
