@@ -67,8 +67,17 @@ Result<core::CommRef> lookupUsable(const ncclComm* comm);
 // or abort; an error when it is not live or not this process's.
 Result<ncclComm*> takeHandle(const ncclComm* comm);
 
-Status checkPtr(const void* p, const char* arg);
-Status checkType(ncclDataType_t type);
-Status checkRank(int r, int nranks, const char* arg);
+// The argument checks every data call makes: inline, so that the common
+// case (a valid argument) costs a compare; the error is built out of line.
+Status nullArgument(const char* arg);
+Status badType(ncclDataType_t type);
+Status badRank(int r, int nranks, const char* arg);
+inline Status checkPtr(const void* p, const char* arg) { return p ? Status::ok() : nullArgument(arg); }
+inline Status checkType(ncclDataType_t type) {
+  return int(type) >= 0 && int(type) < int(ncclNumTypes) ? Status::ok() : badType(type);
+}
+inline Status checkRank(int r, int nranks, const char* arg) {
+  return r >= 0 && r < nranks ? Status::ok() : badRank(r, nranks, arg);
+}
 
 }  // namespace loom::api

@@ -76,6 +76,7 @@ Result<ncclComm*> takeHandle(const ncclComm* comm) {
 
 Result<core::CommRef> lookupUsable(const ncclComm* comm) {
   LOOM_ASSIGN_OR_RETURN(core::CommRef c, lookup(comm));
+  if (c->usableNow()) return c;
   Status s = c->asyncError();
   if (s.code() == Code::kInProgress) {
     s = c->waitReady();  // host mode: calls block, so wait for a pending init
@@ -86,24 +87,16 @@ Result<core::CommRef> lookupUsable(const ncclComm* comm) {
   return c;
 }
 
-Status checkPtr(const void* p, const char* arg) {
-  return p ? Status::ok() : invalidArgument(std::string(arg) + " is NULL");
+Status nullArgument(const char* arg) { return invalidArgument(std::string(arg) + " is NULL"); }
+
+Status badType(ncclDataType_t type) {
+  return invalidArgument("datatype " + std::to_string(int(type)) + " is not a valid ncclDataType_t (0.." +
+                         std::to_string(int(ncclNumTypes) - 1) + ")");
 }
 
-Status checkType(ncclDataType_t type) {
-  if (int(type) < 0 || int(type) >= int(ncclNumTypes)) {
-    return invalidArgument("datatype " + std::to_string(int(type)) +
-                           " is not a valid ncclDataType_t (0.." + std::to_string(int(ncclNumTypes) - 1) + ")");
-  }
-  return Status::ok();
-}
-
-Status checkRank(int r, int nranks, const char* arg) {
-  if (r < 0 || r >= nranks) {
-    return invalidArgument(std::string(arg) + " " + std::to_string(r) + " is out of range: the communicator has " +
-                           std::to_string(nranks) + " ranks");
-  }
-  return Status::ok();
+Status badRank(int r, int nranks, const char* arg) {
+  return invalidArgument(std::string(arg) + " " + std::to_string(r) + " is out of range: the communicator has " +
+                         std::to_string(nranks) + " ranks");
 }
 
 }  // namespace loom::api

@@ -182,6 +182,13 @@ class Communicator {
   // The first failure only (ok while initializing).
   Status stickyError() const;
   bool ready() const { return state_.load() == State::kReady; }
+  // Ready, not failed, and every split reserved so far done: what an
+  // operation checks on every call, inline (asyncError, waitReady and
+  // waitSplits take over when it is false).
+  bool usableNow() const {
+    return !failed_.load() && state_.load() == State::kReady && splitsDone_.load() >= splitsReserved_.load();
+  }
+  bool hasFailed() const { return failed_.load(); }
   // Records a failure (first one wins) and, when `tellPeers`, sends an abort
   // notice to every other rank so non-neighbours learn about it too.
   void fail(const Status& status, bool tellPeers);

@@ -43,7 +43,8 @@ uint64_t FlightRecorder::record(const Entry& e, State state) {
   std::lock_guard<SpinMutex> lock(mutex_);
   if (ring_.empty()) ring_.resize(capacity_);
   const uint64_t id = ++recorded_;
-  Entry& slot = ring_[(id - 1) % capacity_];
+  Entry& slot = ring_[next_];  // (id - 1) % capacity_, without a division on every call
+  if (++next_ == capacity_) next_ = 0;
   slot = e;
   slot.state = state;
   slot.enqueueUs = now;

@@ -78,6 +78,7 @@ class FlightRecorder {
   mutable SpinMutex mutex_;
   std::vector<Entry> ring_;
   uint64_t recorded_ = 0;  // ids are 1..recorded_
+  size_t next_ = 0;        // the ring index of the next entry: recorded_ % capacity_
   Identity id_;
 };
 

@@ -18,11 +18,15 @@ namespace loom::core {
 namespace {
 
 struct GroupState {
-  int depth = 0;
   std::vector<PendingOp> ops;
   std::vector<std::pair<Communicator*, std::function<Status()>>> inits;
 };
 thread_local GroupState tGroup;
+// The group depth apart: every call reads it, and as a plain int in the
+// static TLS block (4 bytes of the room glibc keeps for libraries loaded
+// later) that read needs no call into the dynamic linker, which tGroup's
+// takes (it has a constructor).
+thread_local int tGroupDepth __attribute__((tls_model("initial-exec"))) = 0;
 
 // Waiting: spin the communicators' idle rounds (Communicator::spinRounds:
 // long when every rank of the host has a core, short when they share),
@@ -465,13 +469,15 @@ Status submitToDevices(std::vector<PendingOp> ops) {
 // bookkeeping for several communicators (the latency of small operations).
 Status runSingle(const CommRef& comm, const OpDesc& op) {
   Communicator* c = comm.get();
-  LOOM_TRY(waitTurn(c));
+  // The checks inline first: on the board, the rest of a small call costs
+  // about as much as they do.
+  if (!c->usableNow()) LOOM_TRY(waitTurn(c));
   std::unique_lock<std::mutex> lock(c->opMutex());
-  std::vector<CommRun> runs;
+  CommRun run{c, {}, 0, nullptr};  // for the engine: trivial until it gets a task
   if (LatencyPath* lp = c->latencyPath(); lp && lp->takes(op)) {
     // On the board, at once; a rank that is late is waited for by the
     // engine, as in a group.
-    LOOM_TRY(c->asyncError());
+    if (c->hasFailed()) LOOM_TRY(c->asyncError());
     if (c->aborted()) return abortedError(std::string("running ") + opKindName(op.kind));
     const uint64_t seq = c->nextSeq();
     lp->start(op);
@@ -489,13 +495,13 @@ Status runSingle(const CommRef& comm, const OpDesc& op) {
     t.board = true;
     t.seq = seq;
     t.flightId = flightId;
-    runs.push_back(CommRun{c, {}, 0, nullptr});
-    runs[0].tasks.push_back(std::move(t));
-    runs[0].boardStarted = true;
+    run.tasks.push_back(std::move(t));
+    run.boardStarted = true;
   } else {
-    runs.push_back(CommRun{c, {}, 0, nullptr});
-    LOOM_TRY(buildTasks(c, std::span<const OpDesc>(&op, 1), &runs[0].tasks));
+    LOOM_TRY(buildTasks(c, std::span<const OpDesc>(&op, 1), &run.tasks));
   }
+  std::vector<CommRun> runs;
+  runs.push_back(std::move(run));
   log::ScopedRank logRank(c->rank());
   return Engine(std::move(runs), nullptr).run();
 }
@@ -533,15 +539,15 @@ Status runInitOps(Communicator* comm, std::span<const OpDesc> ops) {
 }
 
 Status groupStart() {
-  ++tGroup.depth;
+  ++tGroupDepth;
   return Status::ok();
 }
 
-int groupDepth() { return tGroup.depth; }
+int groupDepth() { return tGroupDepth; }
 
 Status groupEnd() {
-  if (tGroup.depth == 0) return invalidUsage("ncclGroupEnd called without a matching ncclGroupStart");
-  if (--tGroup.depth > 0) return Status::ok();
+  if (tGroupDepth == 0) return invalidUsage("ncclGroupEnd called without a matching ncclGroupStart");
+  if (--tGroupDepth > 0) return Status::ok();
   auto inits = std::move(tGroup.inits);
   auto ops = std::move(tGroup.ops);
   tGroup = GroupState{};
@@ -591,9 +597,9 @@ Status groupEnd() {
 }
 
 Status groupSimulateEnd(float* estimatedUs) {
-  if (tGroup.depth == 0) return invalidUsage("ncclGroupSimulateEnd called without a matching ncclGroupStart");
-  if (tGroup.depth > 1) {
-    --tGroup.depth;
+  if (tGroupDepth == 0) return invalidUsage("ncclGroupSimulateEnd called without a matching ncclGroupStart");
+  if (tGroupDepth > 1) {
+    --tGroupDepth;
     *estimatedUs = 0;
     return Status::ok();
   }
@@ -616,7 +622,7 @@ Status groupSimulateEnd(float* estimatedUs) {
 }
 
 Status enqueue(CommRef comm, const OpDesc& op) {
-  if (tGroup.depth == 0) {
+  if (tGroupDepth == 0) {
     const bool device = comm->mode() == Mode::kCuda;
     if (!device) return runSingle(comm, op);
     std::vector<PendingOp> ops;

@@ -38,7 +38,7 @@ LatencyPath::LatencyPath(transport::shm::Board board, int rank, int nranks, cons
   for (OpKind kind : {OpKind::kAllReduce, OpKind::kAllGather, OpKind::kReduceScatter, OpKind::kBroadcast,
                       OpKind::kReduce}) {
     const size_t capacity = board_.slotBytes() * (kind == OpKind::kAllGather ? size_t(nranks) : 1);
-    maxBytes_[size_t(collectiveIndex(kind))] = tuning.filter.allows(kind, Algorithm::kDirect) ? capacity : 0;
+    maxBytes_[size_t(kind)] = tuning.filter.allows(kind, Algorithm::kDirect) ? capacity : 0;
   }
 }
 
@@ -74,12 +74,11 @@ Result<std::unique_ptr<LatencyPath>> LatencyPath::setup(Bootstrap& bootstrap, in
 }
 
 bool LatencyPath::takes(const OpDesc& op) const {
-  const int index = collectiveIndex(op.kind);
-  if (index < 0 || op.count == 0) return false;
-  // tuningBytes(): the whole vector (AllGather's output, ReduceScatter's input).
+  // tuningBytes(): the whole vector (AllGather's output, ReduceScatter's
+  // input). Kinds the board does not run have 0 here.
   const size_t bytes = op.count * kernels::dataTypeSize(op.type) *
                        (op.kind == OpKind::kAllGather || op.kind == OpKind::kReduceScatter ? size_t(nranks_) : 1);
-  return bytes <= maxBytes_[size_t(index)];
+  return op.count != 0 && bytes <= maxBytes_[size_t(op.kind)];
 }
 
 bool LatencyPath::arrived() const {

@@ -96,8 +96,8 @@ class LatencyPath {
   // Per rank: a sequence number it is known to have published (read from
   // the board earlier), so that checks it passes cost no cache miss.
   std::array<uint64_t, transport::shm::kBoardMaxMembers> known_{};
-  // Per collective (collectiveIndex): the largest tuningBytes() run here.
-  std::array<size_t, kCollectiveCount> maxBytes_{};
+  // Per OpKind: the largest tuningBytes() run here (0: none, or not a kind it runs).
+  std::array<size_t, kOpKindCount> maxBytes_{};
 };
 
 }  // namespace loom::core

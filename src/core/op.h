@@ -22,6 +22,7 @@ enum class OpKind : int {
   kSend,
   kRecv,
 };
+inline constexpr size_t kOpKindCount = size_t(OpKind::kRecv) + 1;
 const char* opKindName(OpKind kind);  // "AllReduce", ...
 
 struct OpDesc {
@@ -42,6 +43,8 @@ struct OpDesc {
   void* stream = nullptr;
 };
 
-bool isReducing(OpKind kind);
+inline bool isReducing(OpKind kind) {
+  return kind == OpKind::kAllReduce || kind == OpKind::kReduceScatter || kind == OpKind::kReduce;
+}
 
 }  // namespace loom::core

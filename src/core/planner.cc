@@ -159,8 +159,4 @@ const char* opKindName(OpKind kind) {
   return "?";
 }
 
-bool isReducing(OpKind kind) {
-  return kind == OpKind::kAllReduce || kind == OpKind::kReduceScatter || kind == OpKind::kReduce;
-}
-
 }  // namespace loom::core
