@@ -473,7 +473,8 @@ Status runSingle(const CommRef& comm, const OpDesc& op) {
   // about as much as they do.
   if (!c->usableNow()) LOOM_TRY(waitTurn(c));
   std::unique_lock<std::mutex> lock(c->opMutex());
-  CommRun run{c, {}, 0, nullptr};  // for the engine: trivial until it gets a task
+  std::vector<Task> tasks;  // the engine's, if it runs
+  bool boardStarted = false;
   if (LatencyPath* lp = c->latencyPath(); lp && lp->takes(op)) {
     // On the board, at once; a rank that is late is waited for by the
     // engine, as in a group.
@@ -495,13 +496,14 @@ Status runSingle(const CommRef& comm, const OpDesc& op) {
     t.board = true;
     t.seq = seq;
     t.flightId = flightId;
-    run.tasks.push_back(std::move(t));
-    run.boardStarted = true;
+    tasks.push_back(std::move(t));
+    boardStarted = true;
   } else {
-    LOOM_TRY(buildTasks(c, std::span<const OpDesc>(&op, 1), &run.tasks));
+    LOOM_TRY(buildTasks(c, std::span<const OpDesc>(&op, 1), &tasks));
   }
   std::vector<CommRun> runs;
-  runs.push_back(std::move(run));
+  runs.push_back(CommRun{c, std::move(tasks), 0, nullptr});
+  runs[0].boardStarted = boardStarted;
   log::ScopedRank logRank(c->rank());
   return Engine(std::move(runs), nullptr).run();
 }
