@@ -264,6 +264,10 @@ Status Worker::runAllTests() {
 void Worker::setupSize(uint64_t bytes) {
   sizeBytes_ = bytes;
   counts_ = ctx_.collective->counts(bytes / type_->size, type_->size, ctx_.totalRanks);
+  // Where each call's buffers start (startColl): computed once per size, so
+  // that a call costs one division, as in nccl-tests' loop.
+  shiftBytes_ = std::max(counts_.send, counts_.recv) * type_->size;
+  shiftSteps_ = shiftBytes_ ? std::max<uint64_t>(ctx_.maxBytes / shiftBytes_, 1) : 1;
 }
 
 Status Worker::timeTest(const TypeInfo& type, Op op, int root) {
@@ -368,9 +372,7 @@ Status Worker::startColl(int iter, bool inPlace) {
   const size_t size = type_->size;
   // Move the buffers each iteration, like nccl-tests, to defeat caches and
   // expose races with earlier operations.
-  uint64_t total = std::max(counts_.send, counts_.recv) * size;
-  uint64_t steps = total ? std::max<uint64_t>(ctx_.maxBytes / total, 1) : 1;
-  uint64_t shift = total * (uint64_t(iter) % steps);
+  const uint64_t shift = shiftBytes_ * (uint64_t(iter) % shiftSteps_);
   RunState::BusyScope busy(*ctx_.state, thread_);
   const bool grouped = slots_.size() > 1;
   if (grouped) PERF_NCCL(nullptr, ncclGroupStart());

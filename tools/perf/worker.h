@@ -107,6 +107,7 @@ class Worker {
   int root_ = -1;
   uint64_t sizeBytes_ = 0;
   CollCounts counts_;
+  uint64_t shiftBytes_ = 0, shiftSteps_ = 1;  // setupSize(): buffer offsets per call (startColl)
   uint64_t seedCounter_ = 0;
 };
 
