@@ -32,6 +32,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/futex_mutex.h"
 #include "common/status.h"
 #include "core/bootstrap.h"
 #include "core/device_queue.h"
@@ -270,7 +271,7 @@ class Communicator {
   Status connectAll(const std::vector<int>& links, Deadline deadline);
   std::span<transport::Connection* const> connections() const { return connPtrs_; }
 
-  std::mutex& opMutex() { return opMutex_; }
+  FutexMutex& opMutex() { return opMutex_; }
   Scratch& scratch() { return scratch_; }
   // ncclCommRegister's buffers, and every region handed to a transfer.
   RegistrationCache& registrations() { return registrations_; }
@@ -373,7 +374,7 @@ class Communicator {
   std::set<uint64_t> abandonedSplits_;  // gave up waiting for their turn
   std::mutex listenMutex_;  // guards the bootstrap listener state
   std::map<int, std::unique_ptr<PeerLink>> links_;  // connections being set up
-  std::mutex opMutex_;
+  FutexMutex opMutex_;
   Scratch scratch_;
   uint64_t seq_ = 0;
   uint64_t collSeq_ = 0;  // collectives only (the flight recorder lines ranks up by it)

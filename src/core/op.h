@@ -23,7 +23,21 @@ enum class OpKind : int {
   kRecv,
 };
 inline constexpr size_t kOpKindCount = size_t(OpKind::kRecv) + 1;
-const char* opKindName(OpKind kind);  // "AllReduce", ...
+constexpr const char* opKindName(OpKind kind) {  // "AllReduce", ...
+  switch (kind) {
+    case OpKind::kAllReduce: return "AllReduce";
+    case OpKind::kAllGather: return "AllGather";
+    case OpKind::kReduceScatter: return "ReduceScatter";
+    case OpKind::kBroadcast: return "Broadcast";
+    case OpKind::kReduce: return "Reduce";
+    case OpKind::kAllToAll: return "AllToAll";
+    case OpKind::kGather: return "Gather";
+    case OpKind::kScatter: return "Scatter";
+    case OpKind::kSend: return "Send";
+    case OpKind::kRecv: return "Recv";
+  }
+  return "?";
+}
 
 struct OpDesc {
   OpKind kind = OpKind::kAllReduce;

@@ -143,20 +143,4 @@ std::string dumpPlan(const Plan& plan) {
   return out;
 }
 
-const char* opKindName(OpKind kind) {
-  switch (kind) {
-    case OpKind::kAllReduce: return "AllReduce";
-    case OpKind::kAllGather: return "AllGather";
-    case OpKind::kReduceScatter: return "ReduceScatter";
-    case OpKind::kBroadcast: return "Broadcast";
-    case OpKind::kReduce: return "Reduce";
-    case OpKind::kAllToAll: return "AllToAll";
-    case OpKind::kGather: return "Gather";
-    case OpKind::kScatter: return "Scatter";
-    case OpKind::kSend: return "Send";
-    case OpKind::kRecv: return "Recv";
-  }
-  return "?";
-}
-
 }  // namespace loom::core
