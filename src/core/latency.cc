@@ -16,6 +16,10 @@ constexpr size_t kMaxSlotBytes = size_t(64) << 10;
 constexpr size_t kBoardBudget = size_t(4) << 20;
 constexpr int kYields = 32;  // after the spins, before the engine takes over
 constexpr int kSharedYields = 2000;  // ranks share CPUs: yield instead of spinning
+// Spins come in chunks of this many looks (some 25 us) with a yield between;
+// when another thread ran meanwhile, this CPU is shared and the engine
+// takes over, to sleep (Engine's kSpinYieldEvery says why).
+constexpr int kSpinChunk = 1024;
 
 size_t slotBytesFor(int nranks) {
   size_t per = kBoardBudget / (size_t(transport::shm::kBoardSlots) * size_t(nranks));
@@ -90,9 +94,14 @@ bool LatencyPath::waitBriefly(bool cpusShared, int spinRounds) const {
   // Every rank has a CPU: spin (pause-spins cost a fraction of an engine
   // round). Ranks share CPUs: the one we wait for may be waiting for ours,
   // so hand it over at once.
-  if (!cpusShared && (waitsForStamp() ? board_.waitInline(waiting_, want_, spinRounds * 8)
-                                      : board_.wait(waiting_, want_, spinRounds * 8, 0)))
-    return true;
+  if (!cpusShared) {
+    for (int left = spinRounds * 8; left > 0; left -= kSpinChunk) {
+      const int spins = std::min(left, kSpinChunk);
+      if (waitsForStamp() ? board_.waitInline(waiting_, want_, spins) : board_.wait(waiting_, want_, spins, 0))
+        return true;
+      if (yieldSawOthers()) return arrived();
+    }
+  }
   for (int i = 0; i < (cpusShared ? kSharedYields : kYields); ++i) {
     sched_yield();
     if (arrived()) return true;
