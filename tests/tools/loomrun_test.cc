@@ -35,11 +35,23 @@ std::string readFile(const fs::path& path) {
 
 // A process is gone when it no longer exists or is a zombie nobody reaped
 // (a container's init may not reap orphans).
-bool processGone(pid_t pid) {
+bool goneNow(pid_t pid) {
   if (kill(pid, 0) != 0) return errno == ESRCH;
   std::string stat = readFile("/proc/" + std::to_string(pid) + "/stat");
   size_t close = stat.rfind(')');
   return close != std::string::npos && close + 2 < stat.size() && stat[close + 2] == 'Z';
+}
+
+// Gone (or a zombie) within a few seconds: a SIGKILL sent to a process
+// group takes effect when each member next runs, which on a loaded machine
+// can be after loomrun itself has exited (its ranks' children are not its
+// to wait for).
+bool processGone(pid_t pid) {
+  for (int i = 0; i < 500; ++i) {
+    if (goneNow(pid)) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return goneNow(pid);
 }
 
 class LoomrunTest : public testing::Test {
