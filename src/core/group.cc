@@ -22,11 +22,11 @@ struct GroupState {
   std::vector<std::pair<Communicator*, std::function<Status()>>> inits;
 };
 thread_local GroupState tGroup;
-// The group depth apart: every call reads it, and as a plain int in the
-// static TLS block (4 bytes of the room glibc keeps for libraries loaded
-// later) that read needs no call into the dynamic linker, which tGroup's
-// takes (it has a constructor).
-thread_local int tGroupDepth __attribute__((tls_model("initial-exec"))) = 0;
+// The group depth apart: every call reads it, and a plain int needs no
+// constructor check on each access, which tGroup's does. (Not in the static
+// TLS block: the library and the torch module are loaded with dlopen, where
+// that block may have no room left.)
+thread_local int tGroupDepth = 0;
 
 // Waiting: spin the communicators' idle rounds (Communicator::spinRounds:
 // long when every rank of the host has a core, short when they share),

@@ -82,7 +82,8 @@ bool LatencyPath::takes(const OpDesc& op) const {
   // input). Kinds the board does not run have 0 here.
   const size_t bytes = op.count * kernels::dataTypeSize(op.type) *
                        (op.kind == OpKind::kAllGather || op.kind == OpKind::kReduceScatter ? size_t(nranks_) : 1);
-  return op.count != 0 && bytes <= maxBytes_[size_t(op.kind)];
+  const size_t most = maxBytes_[size_t(op.kind)];
+  return most != 0 && op.count != 0 && bytes <= most;
 }
 
 bool LatencyPath::arrived() const {

@@ -22,7 +22,7 @@ enum class OpKind : int {
   kSend,
   kRecv,
 };
-inline constexpr size_t kOpKindCount = size_t(OpKind::kRecv) + 1;
+inline constexpr size_t kOpKindCount = size_t(OpKind::kRecv) + 1;  // kRecv is the last
 constexpr const char* opKindName(OpKind kind) {  // "AllReduce", ...
   switch (kind) {
     case OpKind::kAllReduce: return "AllReduce";

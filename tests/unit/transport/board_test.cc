@@ -7,10 +7,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
 #include <thread>
+#include <vector>
 
 #include "transport/shm/board.h"
 
@@ -58,20 +60,18 @@ TEST(Board, InlineLinesCarrySmallDataWithTheirStamp) {
   EXPECT_FALSE(leader->inlineStamped(1, 1));  // fresh lines hold stamp 0
   const std::byte* slotsBegin = leader->data(0, 0);
   const std::byte* slotsEnd = leader->data(2, kBoardSlots - 1) + 4096;
+  // Every line outside the slots, and a whole line from every other
+  // inline line (sorted, so neighbours are enough).
+  std::vector<const std::byte*> lines;
   for (int m = 0; m < 3; ++m) {
     for (uint64_t s = 1; s <= kBoardInlineSlots; ++s) {
-      // Outside the slots, and a whole line from every other inline line.
       const std::byte* line = leader->inlineData(m, s);
       EXPECT_TRUE(line + kBoardInlineBytes <= slotsBegin || line >= slotsEnd) << m << " " << s;
-      for (int q = 0; q < 3; ++q) {
-        for (uint64_t t = 1; t <= kBoardInlineSlots; ++t) {
-          if (q == m && t == s) continue;
-          const std::byte* o = leader->inlineData(q, t);
-          EXPECT_GE(o > line ? size_t(o - line) : size_t(line - o), size_t(64)) << m << s << q << t;
-        }
-      }
+      lines.push_back(line);
     }
   }
+  std::sort(lines.begin(), lines.end());
+  for (size_t i = 1; i < lines.size(); ++i) EXPECT_GE(size_t(lines[i] - lines[i - 1]), size_t(64)) << i;
   std::memcpy(other->inlineData(1, 3), "inline", 7);
   EXPECT_FALSE(leader->inlineStamped(1, 3));
   other->stampInline(1, 3);
