@@ -38,6 +38,10 @@ struct KernelTable {
 };
 
 const KernelTable& scalarKernels();
+// chainElement() for one element after another, with no setup: for calls
+// shorter than a vector line, where every level's loops would only run their
+// scalar head and tail anyway (the same bits, as chain.h defines them).
+void reduceElements(const ReduceCall& call);
 const KernelTable* avx2Kernels();    // null where not built (not x86)
 const KernelTable* avx512Kernels();  // null where not built (not x86)
 const KernelTable* avx512VbmiKernels();  // null where not built (not x86)

@@ -139,10 +139,59 @@ void scalarReduce(const ReduceCall& c) {
   }
 }
 
+// ---- element by element (reduceElements) -------------------------------------
+
+template <typename T, typename Op>
+void elementsOp(const Op& op, const ReduceCall& c) {
+  for (size_t i = 0; i < c.count; ++i) {
+    const size_t off = i * sizeof(T);
+    const SourceLoader<T> load{c.partials, c.npartials, c.local, off};
+    T out;
+    if constexpr (Fp32Sum<T, Op>::value) {
+      out = c.fp32 ? chainElementFp32<T>(Fp32Sum<T, Op>::terms(op), load, c.npartials, c.local != nullptr,
+                                         c.applyPost)
+                   : chainElement<T>(op, load, c.npartials, c.local != nullptr, c.applyPost);
+    } else {
+      out = chainElement<T>(op, load, c.npartials, c.local != nullptr, c.applyPost);
+    }
+    std::memcpy(c.dst + off, &out, sizeof(T));
+  }
+}
+
+template <typename T>
+void elementsTyped(const ReduceCall& c) {
+  switch (c.op) {
+    case RedOp::kSum: return elementsOp<T>(SumOp<T>{}, c);
+    case RedOp::kProd: return elementsOp<T>(ProdOp<T>{}, c);
+    case RedOp::kMax: return elementsOp<T>(MaxOp<T>{}, c);
+    case RedOp::kMin: return elementsOp<T>(MinOp<T>{}, c);
+    case RedOp::kPreMulSum: return elementsOp<T>(PreMulSumOp<T>{scalarAs<T>(c.scalar)}, c);
+    case RedOp::kSumPostDiv: return elementsOp<T>(SumPostDivOp<T>{c.divisor}, c);
+  }
+}
+
 // The scalar level has no streaming stores of its own: a plain copy.
 void scalarStreamCopy(Byte* dst, const Byte* src, size_t bytes) { std::memcpy(dst, src, bytes); }
 
 }  // namespace
+
+void reduceElements(const ReduceCall& c) {
+  // Every element read before it is written: dst may alias a source exactly.
+  switch (c.type) {
+    case DataType::kInt8: return elementsTyped<int8_t>(c);
+    case DataType::kUint8: return elementsTyped<uint8_t>(c);
+    case DataType::kInt32: return elementsTyped<int32_t>(c);
+    case DataType::kUint32: return elementsTyped<uint32_t>(c);
+    case DataType::kInt64: return elementsTyped<int64_t>(c);
+    case DataType::kUint64: return elementsTyped<uint64_t>(c);
+    case DataType::kFloat16: return elementsTyped<Half>(c);
+    case DataType::kFloat32: return elementsTyped<float>(c);
+    case DataType::kFloat64: return elementsTyped<double>(c);
+    case DataType::kBfloat16: return elementsTyped<Bfloat16>(c);
+    case DataType::kFloat8e4m3: return elementsTyped<Float8e4m3>(c);
+    case DataType::kFloat8e5m2: return elementsTyped<Float8e5m2>(c);
+  }
+}
 
 const KernelTable& scalarKernels() {
   static const KernelTable table{&scalarReduce, &scalarStreamCopy};
