@@ -161,10 +161,11 @@ def main():
     ap.add_argument("--sizes", help="comma-separated sizes, each run on its own (hot); 'min' = smallest")
     ap.add_argument("--plot", metavar="PNG", help="also draw busbw and time against size to this PNG")
     ap.add_argument("--plot-inplace", action="store_true", help="draw the in-place columns")
-    ap.add_argument("--bind-to", choices=["none", "core"], default="none",
-                    help="core: both launchers bind rank r to core r %% cores (loomrun --bind-to core, mpirun "
-                    "--bind-to core:overload-allowed), which spreads more ranks than cores evenly; none: "
-                    "loomrun leaves placement to the kernel and mpirun uses its default")
+    ap.add_argument("--bind-to", choices=["default", "none", "core"], default="default",
+                    help="default: each launcher's own placement (both bind 2 ranks to a core each, and "
+                    "leave more ranks than cores to the kernel); core: both bind rank r to core r %% cores "
+                    "(loomrun --bind-to core, mpirun --bind-to core:overload-allowed), which spreads more "
+                    "ranks than cores evenly; none: the kernel places every rank of both")
     args = ap.parse_args()
     colls = [c.strip() for c in args.coll.split(",") if c.strip()]
     for c in colls:
@@ -180,8 +181,8 @@ def main():
     loomrun = os.path.join(build, "bin", "loomrun")
     mpi_env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     hot = bool(args.hot or args.sizes)
-    loom_bind = ["--bind-to", "core"] if args.bind_to == "core" else []
-    mpi_bind = ["--bind-to", "core:overload-allowed"] if args.bind_to == "core" else []
+    loom_bind = {"core": ["--bind-to", "core"], "none": ["--bind-to", "none"]}.get(args.bind_to, [])
+    mpi_bind = {"core": ["--bind-to", "core:overload-allowed"], "none": ["--bind-to", "none"]}.get(args.bind_to, [])
     results = []
     for coll in colls:
         tool, mpi_name = COLLECTIVES[coll]
@@ -203,7 +204,7 @@ def main():
             results.append((n, [("loom " + coll, loom_runs), ("Open MPI " + coll, mpi_runs)]))
             print("\n# %s, %d ranks, float%s, %d rounds (A B alternating)%s%s; medians; ratio = loom / Open MPI" %
                   (coll, n, " sum" if coll in ("allreduce", "reducescatter") else "", args.rounds,
-                   ", hot buffers" if hot else "", ", ranks bound to cores" if loom_bind else ""))
+                   ", hot buffers" if hot else "", {"core": ", ranks bound to cores", "none": ", ranks unbound"}.get(args.bind_to, "")))
             print("#%11s  %9s %9s %7s %7s  %9s %9s %7s %7s" % ("size(B)", "loom oop", "mpi oop", "busbw", "time",
                                                              "loom ip", "mpi ip", "busbw", "time"))
             print("#%11s  %9s %9s %7s %7s  %9s %9s %7s %7s" % ("", "us", "us", "ratio", "ratio",

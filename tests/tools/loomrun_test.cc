@@ -54,6 +54,19 @@ bool processGone(pid_t pid) {
   return goneNow(pid);
 }
 
+// "0-2,5" (a /proc/self/status Cpus_allowed_list) as a set of CPUs.
+std::set<int> cpuList(const std::string& text) {
+  std::set<int> out;
+  std::istringstream parts(text);
+  for (std::string part; std::getline(parts, part, ',');) {
+    const size_t dash = part.find('-');
+    const int first = std::stoi(part.substr(0, dash));
+    const int last = dash == std::string::npos ? first : std::stoi(part.substr(dash + 1));
+    for (int c = first; c <= last; ++c) out.insert(c);
+  }
+  return out;
+}
+
 class LoomrunTest : public testing::Test {
  protected:
   void SetUp() override {
@@ -101,6 +114,21 @@ class LoomrunTest : public testing::Test {
   }
 
   int runLoomrun(const std::vector<std::string>& args) { return finish(start(args)); }
+
+  // The CPU sets loomrun's n ranks run on, with these --bind-to arguments.
+  std::vector<std::set<int>> rankCpuSets(const fs::path& outDir, int n, const std::vector<std::string>& bind) {
+    std::vector<std::string> args{"-n", std::to_string(n), "--output", outDir.string()};
+    args.insert(args.end(), bind.begin(), bind.end());
+    args.insert(args.end(), {"--", "sh", "-c", "sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status"});
+    EXPECT_EQ(runLoomrun(args), 0) << err_;
+    std::vector<std::set<int>> sets;
+    for (int r = 0; r < n; ++r) {
+      std::string text = readFile(outDir / ("rank." + std::to_string(r) + ".out"));
+      while (!text.empty() && text.back() == '\n') text.pop_back();
+      sets.push_back(text.empty() ? std::set<int>{} : cpuList(text));
+    }
+    return sets;
+  }
 
   // Ranks write their shell's pid to dir_/pid.<rank> first.
   std::string pidFileScript(const std::string& rest) {
@@ -189,45 +217,24 @@ TEST_F(LoomrunTest, OutputWritesOneFilePairPerRankAndCreatesTheFolder) {
   EXPECT_EQ(out_, "");
 }
 
-// "0-2,5" (a /proc/self/status Cpus_allowed_list) as a set of CPUs.
-std::set<int> cpuList(const std::string& text) {
-  std::set<int> out;
-  std::istringstream parts(text);
-  for (std::string part; std::getline(parts, part, ',');) {
-    const size_t dash = part.find('-');
-    const int first = std::stoi(part.substr(0, dash));
-    const int last = dash == std::string::npos ? first : std::stoi(part.substr(dash + 1));
-    for (int c = first; c <= last; ++c) out.insert(c);
-  }
-  return out;
-}
 
-// --bind-to core: the first ranks get one core each (disjoint CPU sets that
-// together are everything loomrun may use), later ones wrap around; without
-// it every rank may run anywhere.
-TEST_F(LoomrunTest, BindToCoreSpreadsRanksOverTheAllowedCores) {
+std::set<int> allowedCpus() {
   cpu_set_t mine;
-  ASSERT_EQ(sched_getaffinity(0, sizeof mine, &mine), 0);
+  EXPECT_EQ(sched_getaffinity(0, sizeof mine, &mine), 0);
   std::set<int> allowed;
   for (int c = 0; c < CPU_SETSIZE; ++c)
     if (CPU_ISSET(c, &mine)) allowed.insert(c);
+  return allowed;
+}
+
+// --bind-to core: the first ranks get one core each (disjoint CPU sets that
+// together are everything loomrun may use), later ones wrap around; with
+// none every rank may run anywhere.
+TEST_F(LoomrunTest, BindToCoreSpreadsRanksOverTheAllowedCores) {
+  const std::set<int> allowed = allowedCpus();
   const int n = int(allowed.size()) + 1;  // at least one rank more than cores
-  auto setsOf = [&](bool bind) {
-    fs::path outDir = dir_ / (bind ? "bound" : "free");
-    std::vector<std::string> args{"-n", std::to_string(n), "--output", outDir.string()};
-    if (bind) args.insert(args.end(), {"--bind-to", "core"});
-    args.insert(args.end(), {"--", "sh", "-c", "sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status"});
-    EXPECT_EQ(runLoomrun(args), 0) << err_;
-    std::vector<std::set<int>> sets;
-    for (int r = 0; r < n; ++r) {
-      std::string text = readFile(outDir / ("rank." + std::to_string(r) + ".out"));
-      while (!text.empty() && text.back() == '\n') text.pop_back();
-      sets.push_back(text.empty() ? std::set<int>{} : cpuList(text));
-    }
-    return sets;
-  };
-  for (const auto& s : setsOf(false)) EXPECT_EQ(s, allowed);
-  const std::vector<std::set<int>> bound = setsOf(true);
+  for (const auto& s : rankCpuSets(dir_ / "free", n, {"--bind-to", "none"})) EXPECT_EQ(s, allowed);
+  const std::vector<std::set<int>> bound = rankCpuSets(dir_ / "bound", n, {"--bind-to", "core"});
   // The cores: the distinct sets in rank order, until the first repeat.
   size_t cores = 0;
   while (cores < bound.size() && (cores == 0 || bound[cores] != bound[0])) ++cores;
@@ -241,7 +248,35 @@ TEST_F(LoomrunTest, BindToCoreSpreadsRanksOverTheAllowedCores) {
   EXPECT_EQ(all, allowed);
   for (size_t r = cores; r < bound.size(); ++r) EXPECT_EQ(bound[r], bound[r % cores]) << "rank " << r;
   EXPECT_EQ(runLoomrun({"-n", "2", "--bind-to", "socket", "true"}), 2);
-  EXPECT_NE(err_.find("--bind-to expects core or none"), std::string::npos) << err_;
+  EXPECT_NE(err_.find("--bind-to expects share, core or none"), std::string::npos) << err_;
+}
+
+// The default (share): ranks that fit on the cores get disjoint, equal
+// shares of them, together all of loomrun's CPUs; one rank, or more ranks
+// than cores, run anywhere.
+TEST_F(LoomrunTest, ByDefaultRanksThatFitGetEqualSharesOfTheCores) {
+  const std::set<int> allowed = allowedCpus();
+  for (const auto& s : rankCpuSets(dir_ / "one", 1, {})) EXPECT_EQ(s, allowed);
+  for (const auto& s : rankCpuSets(dir_ / "many", int(allowed.size()) + 1, {})) EXPECT_EQ(s, allowed);
+  if (allowed.size() < 2) GTEST_SKIP() << "loomrun may use one CPU here: no two ranks fit on their own cores";
+  // Cores, not CPUs, are shared out: with hardware threads, 2 ranks may
+  // not fit where the CPUs are 2. Ranks fit when their sets are disjoint.
+  for (int n : {2, int(allowed.size())}) {
+    const std::vector<std::set<int>> sets = rankCpuSets(dir_ / ("n" + std::to_string(n)), n, {});
+    if (sets[0] == allowed) {
+      EXPECT_GT(size_t(n), allowed.size() / 2) << "ranks fit on the cores but were not bound";
+      for (const auto& s : sets) EXPECT_EQ(s, allowed);
+      continue;
+    }
+    std::set<int> all;
+    for (int r = 0; r < n; ++r) {
+      EXPECT_FALSE(sets[size_t(r)].empty()) << "rank " << r;
+      for (int c : sets[size_t(r)]) EXPECT_TRUE(all.insert(c).second) << "CPU " << c << " is in two ranks' shares";
+      // Equal shares: sizes differ by at most one core's threads.
+      EXPECT_LE(sets[size_t(r)].size(), 2 * sets[0].size() + 2) << "rank " << r;
+    }
+    EXPECT_EQ(all, allowed) << n << " ranks";
+  }
 }
 
 TEST_F(LoomrunTest, FailingRankStatusIsReturnedAndTheOthersStopped) {

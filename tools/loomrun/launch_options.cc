@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 
 namespace loom::launcher {
 namespace {
@@ -15,6 +16,13 @@ Result<double> parseSeconds(const std::string& flag, const std::string& text) {
     return invalidArgument(flag + " expects a number of seconds, got '" + text + "'");
   }
   return value;
+}
+
+Result<LaunchOptions::Binding> parseBinding(const char* text) {
+  if (std::strcmp(text, "share") == 0) return LaunchOptions::Binding::kShare;
+  if (std::strcmp(text, "core") == 0) return LaunchOptions::Binding::kCore;
+  if (std::strcmp(text, "none") == 0) return LaunchOptions::Binding::kNone;
+  return invalidArgument(std::string("--bind-to expects share, core or none, got '") + text + "'");
 }
 
 }  // namespace
@@ -52,8 +60,7 @@ Result<LaunchOptions> parseLaunchOptions(int argc, const char* const* argv) {
       LOOM_ASSIGN_OR_RETURN(options.timeoutSeconds, parseSeconds(arg, text));
     } else if (arg == "--bind-to") {
       LOOM_ASSIGN_OR_RETURN(std::string text, value(arg));
-      if (text != "core" && text != "none") return invalidArgument("--bind-to expects core or none, got '" + text + "'");
-      options.bindToCore = text == "core";
+      LOOM_ASSIGN_OR_RETURN(options.binding, parseBinding(text.c_str()));
     } else if (arg == "--grace") {
       LOOM_ASSIGN_OR_RETURN(std::string text, value(arg));
       LOOM_ASSIGN_OR_RETURN(options.graceSeconds, parseSeconds(arg, text));
@@ -69,8 +76,8 @@ Result<LaunchOptions> parseLaunchOptions(int argc, const char* const* argv) {
 }
 
 std::string launchUsage() {
-  return R"(USAGE: loomrun -n N [--tag] [--output DIR] [--timeout SECONDS] [--grace SECONDS] [--bind-to core|none]
-               [--] command [args...]
+  return R"(USAGE: loomrun -n N [--tag] [--output DIR] [--timeout SECONDS] [--grace SECONDS]
+               [--bind-to share|core|none] [--] command [args...]
 
 Starts N local processes of `command` that find each other on their own. Each gets
   LOOM_RANK=0..N-1, LOOM_WORLD_SIZE=N, LOOM_LOCAL_RANK=LOOM_RANK,
@@ -83,9 +90,14 @@ and stdin from /dev/null.
   --output DIR       write DIR/rank.<r>.out and DIR/rank.<r>.err instead (creates DIR)
   --timeout SECONDS  stop every rank after this long and exit with 124
   --grace SECONDS    time between SIGTERM and SIGKILL when stopping ranks (default 3)
-  --bind-to core     run rank r on core r % C of the C cores loomrun may use (all of the
-                     core's hardware threads): ranks spread evenly, also when they
-                     outnumber the cores; none (the default): the kernel places them
+  --bind-to share    (the default) when the N ranks fit on the C cores loomrun may use,
+                     rank r runs on its own share of them, cores r*C/N to (r+1)*C/N - 1
+                     (a core: all of its hardware threads), so no two ranks meet on a
+                     CPU and each rank's thread pools size themselves to its share;
+                     when ranks outnumber cores, the kernel places them
+  --bind-to core     run rank r on core r % C: ranks spread evenly, also when they
+                     outnumber the cores
+  --bind-to none     the kernel places every rank
   -h, --help         this text
 
 When a rank exits with a non-zero status or is killed by a signal, loomrun stops the

@@ -14,9 +14,16 @@ struct LaunchOptions {
   std::string outputDir;     // write DIR/rank.N.out and .err instead
   double timeoutSeconds = 0; // 0: no limit
   double graceSeconds = 3;   // SIGTERM to SIGKILL
-  // --bind-to core: rank r runs on core r % cores of loomrun's own CPU set
-  // (all of that core's hardware threads); none: wherever the kernel puts it.
-  bool bindToCore = false;
+  // Where ranks run, within loomrun's own CPU set of C cores (a core: all
+  // of its hardware threads):
+  //   share (the default): with N <= C ranks, rank r gets cores
+  //     [r*C/N, (r+1)*C/N), so no two ranks meet on a CPU and a rank's own
+  //     threads (OpenMP, PyTorch) size themselves to its share; with more
+  //     ranks than cores, wherever the kernel puts them;
+  //   core: rank r runs on core r % C;
+  //   none: wherever the kernel puts it.
+  enum class Binding { kShare, kCore, kNone };
+  Binding binding = Binding::kShare;
   std::vector<std::string> command;
   bool help = false;
 };

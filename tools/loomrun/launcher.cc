@@ -48,9 +48,29 @@ Result<std::vector<std::vector<int>>> allowedCores() {
     if (it == cores.end()) cores.push_back({key, {cpu}});
     else it->second.push_back(cpu);
   }
+  // A package's cores side by side (some machines number CPUs alternately
+  // across packages), so that a share of consecutive cores stays on one.
+  std::stable_sort(cores.begin(), cores.end(),
+                   [](const auto& a, const auto& b) { return std::max(a.first.first, -1L) < std::max(b.first.first, -1L); });
   std::vector<std::vector<int>> out;
   for (auto& c : cores) out.push_back(std::move(c.second));
   if (out.empty()) return systemError("sched_getaffinity reports no CPU");
+  return out;
+}
+
+// The CPUs each rank is bound to (empty: not bound), by LaunchOptions::Binding.
+std::vector<std::vector<int>> cpusPerRank(LaunchOptions::Binding binding, const std::vector<std::vector<int>>& cores,
+                                          int nranks) {
+  std::vector<std::vector<int>> out(static_cast<size_t>(nranks));
+  const size_t c = cores.size();
+  const size_t n = size_t(nranks);
+  if (binding == LaunchOptions::Binding::kCore) {
+    for (size_t r = 0; r < n; ++r) out[r] = cores[r % c];
+  } else if (binding == LaunchOptions::Binding::kShare && n >= 2 && n <= c) {
+    for (size_t r = 0; r < n; ++r) {
+      for (size_t k = r * c / n; k < (r + 1) * c / n; ++k) out[r].insert(out[r].end(), cores[k].begin(), cores[k].end());
+    }
+  }
   return out;
 }
 
@@ -220,8 +240,9 @@ Status Launcher::prepare() {
   }
   signal(SIGPIPE, SIG_IGN);
   if (options_.timeoutSeconds > 0) timeoutAt_ = monotonicSeconds() + options_.timeoutSeconds;
-  if (options_.bindToCore) {
-    LOOM_ASSIGN_OR_RETURN(cores_, allowedCores());
+  if (options_.binding != LaunchOptions::Binding::kNone) {
+    LOOM_ASSIGN_OR_RETURN(std::vector<std::vector<int>> cores, allowedCores());
+    rankCpus_ = cpusPerRank(options_.binding, cores, options_.nranks);
   }
   return Status::ok();
 }
@@ -269,8 +290,9 @@ Status Launcher::spawn(Child& child, const std::vector<std::string>& environment
 
   cpu_set_t binding;
   CPU_ZERO(&binding);
-  if (!cores_.empty()) {
-    for (int cpu : cores_[size_t(child.rank) % cores_.size()]) CPU_SET(cpu, &binding);
+  const bool bound = size_t(child.rank) < rankCpus_.size() && !rankCpus_[size_t(child.rank)].empty();
+  if (bound) {
+    for (int cpu : rankCpus_[size_t(child.rank)]) CPU_SET(cpu, &binding);
   }
 
   const pid_t parent = getpid();
@@ -289,8 +311,8 @@ Status Launcher::spawn(Child& child, const std::vector<std::string>& environment
     if (devNull >= 0) dup2(devNull, STDIN_FILENO);
     if (outWrite.get() >= 0) dup2(outWrite.get(), STDOUT_FILENO);
     if (errWrite.get() >= 0) dup2(errWrite.get(), STDERR_FILENO);
-    if (!cores_.empty() && sched_setaffinity(0, sizeof binding, &binding) != 0) {
-      std::string message = "loomrun: cannot bind rank " + std::to_string(child.rank) + " to its core: " +
+    if (bound && sched_setaffinity(0, sizeof binding, &binding) != 0) {
+      std::string message = "loomrun: cannot bind rank " + std::to_string(child.rank) + " to its CPUs: " +
                             std::strerror(errno) + "\n";
       writeAll(STDERR_FILENO, message.data(), message.size());
       _exit(126);

@@ -75,9 +75,9 @@ class Launcher {
 
   LaunchOptions options_;
   std::vector<Child> children_;
-  // --bind-to core: the logical CPUs of each core loomrun may run on, in
-  // order of their first CPU.
-  std::vector<std::vector<int>> cores_;
+  // The logical CPUs each rank is bound to (LaunchOptions::Binding); empty
+  // for a rank the kernel places.
+  std::vector<std::vector<int>> rankCpus_;
   std::string commId_;
   std::string secret_;
   UniqueFd signalRead_;   // self-pipe: the signal handler writes signal numbers
