@@ -268,6 +268,32 @@ void Worker::setupSize(uint64_t bytes) {
   // that a call costs one division, as in nccl-tests' loop.
   shiftBytes_ = std::max(counts_.send, counts_.recv) * type_->size;
   shiftSteps_ = shiftBytes_ ? std::max<uint64_t>(ctx_.maxBytes / shiftBytes_, 1) : 1;
+  // Each slot's call at shift 0, out of place and in place: a call then
+  // only moves the two pointers.
+  const size_t size = type_->size;
+  calls_.resize(slots_.size());
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    const RankSlot* slot = slots_[i];
+    char* sendBase = slot->send.data() + size_t(opts_.unalign) * size;
+    char* recvBase = slot->recv.data() + size_t(opts_.unalign) * size;
+    const uint64_t rank = uint64_t(slot->rank);
+    for (bool inPlace : {false, true}) {
+      RunArgs& args = calls_[i][inPlace];
+      args = RunArgs{};
+      args.send = inPlace ? recvBase + counts_.sendInplaceOffset * rank * size : sendBase;
+      args.recv = recvBase + (inPlace ? counts_.recvInplaceOffset * rank * size : 0);
+      args.count = counts_.param;
+      args.type = type_->type;
+      args.op = op_ == Op::kMulSum && slot->hasPreMulOp ? slot->preMulOp : builtinRedOp(op_);
+      args.root = root_;
+      args.rank = slot->rank;
+      args.nranks = ctx_.totalRanks;
+      args.elementSize = size;
+      args.libraryVersion = ctx_.libraryVersion;
+      args.comm = slot->comm;
+      args.stream = slot->stream;
+    }
+  }
 }
 
 Status Worker::timeTest(const TypeInfo& type, Op op, int root) {
@@ -369,34 +395,20 @@ Status Worker::benchTime(bool inPlace) {
 
 Status Worker::startColl(int iter, bool inPlace) {
   const Collective& coll = *ctx_.collective;
-  const size_t size = type_->size;
   // Move the buffers each iteration, like nccl-tests, to defeat caches and
   // expose races with earlier operations.
   const uint64_t shift = shiftBytes_ * (uint64_t(iter) % shiftSteps_);
   RunState::BusyScope busy(*ctx_.state, thread_);
   const bool grouped = slots_.size() > 1;
   if (grouped) PERF_NCCL(nullptr, ncclGroupStart());
-  for (RankSlot* slot : slots_) {
-    char* sendBase = slot->send.data() + size_t(opts_.unalign) * size + shift;
-    char* recvBase = slot->recv.data() + size_t(opts_.unalign) * size + shift;
-    uint64_t rank = uint64_t(slot->rank);
-    RunArgs args{};
-    args.send = inPlace ? recvBase + counts_.sendInplaceOffset * rank * size : sendBase;
-    args.recv = recvBase + (inPlace ? counts_.recvInplaceOffset * rank * size : 0);
-    args.count = counts_.param;
-    args.type = type_->type;
-    args.op = op_ == Op::kMulSum && slot->hasPreMulOp ? slot->preMulOp : builtinRedOp(op_);
-    args.root = root_;
-    args.rank = slot->rank;
-    args.nranks = ctx_.totalRanks;
-    args.elementSize = size;
-    args.libraryVersion = ctx_.libraryVersion;
-    args.comm = slot->comm;
-    args.stream = slot->stream;
+  for (const auto& calls : calls_) {
+    RunArgs args = calls[inPlace];
+    args.send = static_cast<const char*>(args.send) + shift;
+    args.recv = static_cast<char*>(args.recv) + shift;
     ncclResult_t result = coll.run(args);
     if (result != ncclSuccess && result != ncclInProgress) {
       if (grouped) ncclGroupEnd();
-      return ncclFailure(result, slot->comm, __LINE__);
+      return ncclFailure(result, args.comm, __LINE__);
     }
   }
   if (grouped) PERF_NCCL(nullptr, ncclGroupEnd());

@@ -3,6 +3,7 @@
 // printing each row. Mirrors nccl-tests' TimeTest/BenchTime/startColl.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -108,6 +109,7 @@ class Worker {
   uint64_t sizeBytes_ = 0;
   CollCounts counts_;
   uint64_t shiftBytes_ = 0, shiftSteps_ = 1;  // setupSize(): buffer offsets per call (startColl)
+  std::vector<std::array<RunArgs, 2>> calls_;  // setupSize(): per slot, out of place and in place, at shift 0
   uint64_t seedCounter_ = 0;
 };
 
