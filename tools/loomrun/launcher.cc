@@ -241,8 +241,15 @@ Status Launcher::prepare() {
   signal(SIGPIPE, SIG_IGN);
   if (options_.timeoutSeconds > 0) timeoutAt_ = monotonicSeconds() + options_.timeoutSeconds;
   if (options_.binding != LaunchOptions::Binding::kNone) {
-    LOOM_ASSIGN_OR_RETURN(std::vector<std::vector<int>> cores, allowedCores());
-    rankCpus_ = cpusPerRank(options_.binding, cores, options_.nranks);
+    Result<std::vector<std::vector<int>>> cores = allowedCores();
+    if (cores.isOk()) {
+      rankCpus_ = cpusPerRank(options_.binding, *cores, options_.nranks);
+    } else if (options_.binding == LaunchOptions::Binding::kCore) {
+      return cores.takeStatus();
+    } else {
+      // The default only: run unbound rather than not at all.
+      std::fprintf(stderr, "loomrun: warning: ranks are not bound (%s)\n", cores.status().message().c_str());
+    }
   }
   return Status::ok();
 }
