@@ -110,34 +110,45 @@ void runOp(const Op& op, const ReduceCall& c) {
   reduceBlocks<T, Op, false>(op, c);
 }
 
-template <typename T>
-void reduceTyped(const ReduceCall& c) {
+// Calls f(op) with the call's op as its kernels/ops.h type for T.
+template <typename T, typename F>
+void withOp(const ReduceCall& c, const F& f) {
   switch (c.op) {
-    case RedOp::kSum: return runOp<T>(SumOp<T>{}, c);
-    case RedOp::kProd: return runOp<T>(ProdOp<T>{}, c);
-    case RedOp::kMax: return runOp<T>(MaxOp<T>{}, c);
-    case RedOp::kMin: return runOp<T>(MinOp<T>{}, c);
-    case RedOp::kPreMulSum: return runOp<T>(PreMulSumOp<T>{scalarAs<T>(c.scalar)}, c);
-    case RedOp::kSumPostDiv: return runOp<T>(SumPostDivOp<T>{c.divisor}, c);
+    case RedOp::kSum: return f(SumOp<T>{});
+    case RedOp::kProd: return f(ProdOp<T>{});
+    case RedOp::kMax: return f(MaxOp<T>{});
+    case RedOp::kMin: return f(MinOp<T>{});
+    case RedOp::kPreMulSum: return f(PreMulSumOp<T>{scalarAs<T>(c.scalar)});
+    case RedOp::kSumPostDiv: return f(SumPostDivOp<T>{c.divisor});
   }
 }
 
-void scalarReduce(const ReduceCall& c) {
+// Calls run<T>(op, c) for the call's element type T and op.
+template <template <typename, typename> class Run>
+void dispatch(const ReduceCall& c) {
+  auto typed = [&]<typename T>() { withOp<T>(c, [&]<typename Op>(const Op& op) { Run<T, Op>::run(op, c); }); };
   switch (c.type) {
-    case DataType::kInt8: return reduceTyped<int8_t>(c);
-    case DataType::kUint8: return reduceTyped<uint8_t>(c);
-    case DataType::kInt32: return reduceTyped<int32_t>(c);
-    case DataType::kUint32: return reduceTyped<uint32_t>(c);
-    case DataType::kInt64: return reduceTyped<int64_t>(c);
-    case DataType::kUint64: return reduceTyped<uint64_t>(c);
-    case DataType::kFloat16: return reduceTyped<Half>(c);
-    case DataType::kFloat32: return reduceTyped<float>(c);
-    case DataType::kFloat64: return reduceTyped<double>(c);
-    case DataType::kBfloat16: return reduceTyped<Bfloat16>(c);
-    case DataType::kFloat8e4m3: return reduceTyped<Float8e4m3>(c);
-    case DataType::kFloat8e5m2: return reduceTyped<Float8e5m2>(c);
+    case DataType::kInt8: return typed.template operator()<int8_t>();
+    case DataType::kUint8: return typed.template operator()<uint8_t>();
+    case DataType::kInt32: return typed.template operator()<int32_t>();
+    case DataType::kUint32: return typed.template operator()<uint32_t>();
+    case DataType::kInt64: return typed.template operator()<int64_t>();
+    case DataType::kUint64: return typed.template operator()<uint64_t>();
+    case DataType::kFloat16: return typed.template operator()<Half>();
+    case DataType::kFloat32: return typed.template operator()<float>();
+    case DataType::kFloat64: return typed.template operator()<double>();
+    case DataType::kBfloat16: return typed.template operator()<Bfloat16>();
+    case DataType::kFloat8e4m3: return typed.template operator()<Float8e4m3>();
+    case DataType::kFloat8e5m2: return typed.template operator()<Float8e5m2>();
   }
 }
+
+template <typename T, typename Op>
+struct Blocks {
+  static void run(const Op& op, const ReduceCall& c) { runOp<T>(op, c); }
+};
+
+void scalarReduce(const ReduceCall& c) { dispatch<Blocks>(c); }
 
 // ---- element by element (reduceElements) -------------------------------------
 
@@ -158,17 +169,10 @@ void elementsOp(const Op& op, const ReduceCall& c) {
   }
 }
 
-template <typename T>
-void elementsTyped(const ReduceCall& c) {
-  switch (c.op) {
-    case RedOp::kSum: return elementsOp<T>(SumOp<T>{}, c);
-    case RedOp::kProd: return elementsOp<T>(ProdOp<T>{}, c);
-    case RedOp::kMax: return elementsOp<T>(MaxOp<T>{}, c);
-    case RedOp::kMin: return elementsOp<T>(MinOp<T>{}, c);
-    case RedOp::kPreMulSum: return elementsOp<T>(PreMulSumOp<T>{scalarAs<T>(c.scalar)}, c);
-    case RedOp::kSumPostDiv: return elementsOp<T>(SumPostDivOp<T>{c.divisor}, c);
-  }
-}
+template <typename T, typename Op>
+struct Elements {
+  static void run(const Op& op, const ReduceCall& c) { elementsOp<T>(op, c); }
+};
 
 // The scalar level has no streaming stores of its own: a plain copy.
 void scalarStreamCopy(Byte* dst, const Byte* src, size_t bytes) { std::memcpy(dst, src, bytes); }
@@ -177,20 +181,7 @@ void scalarStreamCopy(Byte* dst, const Byte* src, size_t bytes) { std::memcpy(ds
 
 void reduceElements(const ReduceCall& c) {
   // Every element read before it is written: dst may alias a source exactly.
-  switch (c.type) {
-    case DataType::kInt8: return elementsTyped<int8_t>(c);
-    case DataType::kUint8: return elementsTyped<uint8_t>(c);
-    case DataType::kInt32: return elementsTyped<int32_t>(c);
-    case DataType::kUint32: return elementsTyped<uint32_t>(c);
-    case DataType::kInt64: return elementsTyped<int64_t>(c);
-    case DataType::kUint64: return elementsTyped<uint64_t>(c);
-    case DataType::kFloat16: return elementsTyped<Half>(c);
-    case DataType::kFloat32: return elementsTyped<float>(c);
-    case DataType::kFloat64: return elementsTyped<double>(c);
-    case DataType::kBfloat16: return elementsTyped<Bfloat16>(c);
-    case DataType::kFloat8e4m3: return elementsTyped<Float8e4m3>(c);
-    case DataType::kFloat8e5m2: return elementsTyped<Float8e5m2>(c);
-  }
+  dispatch<Elements>(c);
 }
 
 const KernelTable& scalarKernels() {
