@@ -21,9 +21,13 @@
 #include <thread>
 #include <vector>
 
+#include "tools/loomrun/launcher.h"
+
 namespace {
 
 namespace fs = std::filesystem;
+using loom::launcher::cpusPerRank;
+using loom::launcher::LaunchOptions;
 using Clock = std::chrono::steady_clock;
 
 std::string readFile(const fs::path& path) {
@@ -251,31 +255,58 @@ TEST_F(LoomrunTest, BindToCoreSpreadsRanksOverTheAllowedCores) {
   EXPECT_NE(err_.find("--bind-to expects share, core or none"), std::string::npos) << err_;
 }
 
-// The default (share): ranks that fit on the cores get disjoint, equal
-// shares of them, together all of loomrun's CPUs; one rank, or more ranks
-// than cores, run anywhere.
+// The shares on made-up machines: 4 cores of 2 hardware threads (CPU c and
+// c + 4 on core c), and 3 single-thread cores.
+TEST(CpusPerRank, SharesCoresEquallyWhenRanksFitAndWrapsForCore) {
+  using Binding = LaunchOptions::Binding;
+  using Sets = std::vector<std::vector<int>>;
+  const Sets smt{{0, 4}, {1, 5}, {2, 6}, {3, 7}};
+  EXPECT_EQ(cpusPerRank(Binding::kShare, smt, 2), (Sets{{0, 4, 1, 5}, {2, 6, 3, 7}}));
+  EXPECT_EQ(cpusPerRank(Binding::kShare, smt, 3), (Sets{{0, 4}, {1, 5}, {2, 6, 3, 7}}));
+  EXPECT_EQ(cpusPerRank(Binding::kShare, smt, 4), (Sets{{0, 4}, {1, 5}, {2, 6}, {3, 7}}));
+  EXPECT_EQ(cpusPerRank(Binding::kShare, smt, 5), Sets(5));  // more ranks than cores: unbound
+  EXPECT_EQ(cpusPerRank(Binding::kShare, smt, 1), Sets(1));  // one rank: its share is everything
+  EXPECT_EQ(cpusPerRank(Binding::kCore, smt, 5), (Sets{{0, 4}, {1, 5}, {2, 6}, {3, 7}, {0, 4}}));
+  EXPECT_EQ(cpusPerRank(Binding::kNone, smt, 2), Sets(2));
+  const Sets three{{0}, {1}, {2}};
+  EXPECT_EQ(cpusPerRank(Binding::kShare, three, 2), (Sets{{0}, {1, 2}}));
+  EXPECT_EQ(cpusPerRank(Binding::kShare, three, 3), (Sets{{0}, {1}, {2}}));
+}
+
+// The default (share), end to end: ranks that fit on the cores get
+// disjoint shares of them, equal to a core, together all of loomrun's CPUs;
+// one rank, or more ranks than cores, run anywhere.
 TEST_F(LoomrunTest, ByDefaultRanksThatFitGetEqualSharesOfTheCores) {
+  setenv("LOOM_DEVICE", "host", 1);  // on a GPU host the default leaves GPU ranks unbound
   const std::set<int> allowed = allowedCpus();
-  for (const auto& s : rankCpuSets(dir_ / "one", 1, {})) EXPECT_EQ(s, allowed);
-  for (const auto& s : rankCpuSets(dir_ / "many", int(allowed.size()) + 1, {})) EXPECT_EQ(s, allowed);
-  if (allowed.size() < 2) GTEST_SKIP() << "loomrun may use one CPU here: no two ranks fit on their own cores";
-  // Cores, not CPUs, are shared out: with hardware threads, 2 ranks may
-  // not fit where the CPUs are 2. Ranks fit when their sets are disjoint.
-  for (int n : {2, int(allowed.size())}) {
+  // The cores of those CPUs, and how many hardware threads the largest has.
+  std::map<std::pair<std::string, std::string>, int> cores;
+  for (int cpu : allowed) {
+    const std::string base = "/sys/devices/system/cpu/cpu" + std::to_string(cpu) + "/topology/";
+    std::string package = readFile(base + "physical_package_id"), core = readFile(base + "core_id");
+    if (package.empty() || core.empty()) package = core = "cpu" + std::to_string(cpu);
+    ++cores[{package, core}];
+  }
+  int threadsPerCore = 0;
+  for (const auto& [key, threads] : cores) threadsPerCore = std::max(threadsPerCore, threads);
+  const int ncores = int(cores.size());
+  for (int n : {1, 2, 3, ncores, ncores + 1}) {
     const std::vector<std::set<int>> sets = rankCpuSets(dir_ / ("n" + std::to_string(n)), n, {});
-    if (sets[0] == allowed) {
-      EXPECT_GT(size_t(n), allowed.size() / 2) << "ranks fit on the cores but were not bound";
-      for (const auto& s : sets) EXPECT_EQ(s, allowed);
+    if (n < 2 || n > ncores) {
+      for (const auto& s : sets) EXPECT_EQ(s, allowed) << n << " ranks on " << ncores << " cores: not bound";
       continue;
     }
     std::set<int> all;
+    size_t smallest = allowed.size(), largest = 0;
     for (int r = 0; r < n; ++r) {
-      EXPECT_FALSE(sets[size_t(r)].empty()) << "rank " << r;
-      for (int c : sets[size_t(r)]) EXPECT_TRUE(all.insert(c).second) << "CPU " << c << " is in two ranks' shares";
-      // Equal shares: sizes differ by at most one core's threads.
-      EXPECT_LE(sets[size_t(r)].size(), 2 * sets[0].size() + 2) << "rank " << r;
+      const std::set<int>& s = sets[size_t(r)];
+      EXPECT_FALSE(s.empty()) << "rank " << r;
+      for (int c : s) EXPECT_TRUE(all.insert(c).second) << "CPU " << c << " is in two ranks' shares";
+      smallest = std::min(smallest, s.size());
+      largest = std::max(largest, s.size());
     }
     EXPECT_EQ(all, allowed) << n << " ranks";
+    EXPECT_LE(largest - smallest, size_t(threadsPerCore)) << n << " ranks: shares differ by more than a core";
   }
 }
 
@@ -319,7 +350,9 @@ TEST_F(LoomrunTest, InterruptStopsEveryRankEvenOnesIgnoringTerm) {
   for (pid_t pid : rankPids(3)) EXPECT_TRUE(processGone(pid)) << "rank pid " << pid << " survived";
   for (int r = 0; r < 3; ++r) {
     std::string text = readFile(dir_ / ("child." + std::to_string(r)));
-    if (!text.empty()) EXPECT_TRUE(processGone(pid_t(std::stol(text)))) << "grandchild of rank " << r << " survived";
+    if (!text.empty()) {
+      EXPECT_TRUE(processGone(pid_t(std::stol(text)))) << "grandchild of rank " << r << " survived";
+    }
   }
 }
 

@@ -90,13 +90,15 @@ and stdin from /dev/null.
   --output DIR       write DIR/rank.<r>.out and DIR/rank.<r>.err instead (creates DIR)
   --timeout SECONDS  stop every rank after this long and exit with 124
   --grace SECONDS    time between SIGTERM and SIGKILL when stopping ranks (default 3)
-  --bind-to share    (the default) when the N ranks fit on the C cores loomrun may use,
-                     rank r runs on its own share of them, cores r*C/N to (r+1)*C/N - 1
-                     (a core: all of its hardware threads), so no two ranks meet on a
-                     CPU and each rank's thread pools size themselves to its share;
-                     when ranks outnumber cores, the kernel places them
-  --bind-to core     run rank r on core r % C: ranks spread evenly, also when they
-                     outnumber the cores
+  --bind-to share    (the default) when the N >= 2 ranks fit on the C cores loomrun may
+                     use, rank r runs on its own share of them, cores r*C/N to
+                     (r+1)*C/N - 1 (a core: all of its hardware threads; a package's
+                     cores side by side), so no two ranks meet on a CPU and each rank's
+                     thread pools size themselves to its share. The kernel places the
+                     ranks when they outnumber the cores, and on a host with an NVIDIA
+                     GPU unless LOOM_DEVICE=host (a GPU rank belongs near its GPU)
+  --bind-to core     run rank r on core r % C (in the order above): ranks spread evenly,
+                     also when they outnumber the cores
   --bind-to none     the kernel places every rank
   -h, --help         this text
 

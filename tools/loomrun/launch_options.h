@@ -16,10 +16,11 @@ struct LaunchOptions {
   double graceSeconds = 3;   // SIGTERM to SIGKILL
   // Where ranks run, within loomrun's own CPU set of C cores (a core: all
   // of its hardware threads):
-  //   share (the default): with N <= C ranks, rank r gets cores
+  //   share (the default): with 2 <= N <= C ranks, rank r gets cores
   //     [r*C/N, (r+1)*C/N), so no two ranks meet on a CPU and a rank's own
-  //     threads (OpenMP, PyTorch) size themselves to its share; with more
-  //     ranks than cores, wherever the kernel puts them;
+  //     threads (OpenMP, PyTorch) size themselves to its share; otherwise,
+  //     and for ranks that will drive NVIDIA GPUs, wherever the kernel
+  //     puts them;
   //   core: rank r runs on core r % C;
   //   none: wherever the kernel puts it.
   enum class Binding { kShare, kCore, kNone };

@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 
@@ -25,7 +26,8 @@ namespace {
 
 // The logical CPUs this process may run on, grouped by core (package and
 // core id from sysfs; a CPU whose ids cannot be read is a core of its own),
-// in order of each core's first CPU.
+// a package's cores together in order of their first CPU, packages in order
+// of their id.
 Result<std::vector<std::vector<int>>> allowedCores() {
   cpu_set_t allowed;
   CPU_ZERO(&allowed);
@@ -55,22 +57,6 @@ Result<std::vector<std::vector<int>>> allowedCores() {
   std::vector<std::vector<int>> out;
   for (auto& c : cores) out.push_back(std::move(c.second));
   if (out.empty()) return systemError("sched_getaffinity reports no CPU");
-  return out;
-}
-
-// The CPUs each rank is bound to (empty: not bound), by LaunchOptions::Binding.
-std::vector<std::vector<int>> cpusPerRank(LaunchOptions::Binding binding, const std::vector<std::vector<int>>& cores,
-                                          int nranks) {
-  std::vector<std::vector<int>> out(static_cast<size_t>(nranks));
-  const size_t c = cores.size();
-  const size_t n = size_t(nranks);
-  if (binding == LaunchOptions::Binding::kCore) {
-    for (size_t r = 0; r < n; ++r) out[r] = cores[r % c];
-  } else if (binding == LaunchOptions::Binding::kShare && n >= 2 && n <= c) {
-    for (size_t r = 0; r < n; ++r) {
-      for (size_t k = r * c / n; k < (r + 1) * c / n; ++k) out[r].insert(out[r].end(), cores[k].begin(), cores[k].end());
-    }
-  }
   return out;
 }
 
@@ -195,7 +181,33 @@ Result<UniqueFd> openOutput(const std::string& path) {
   return fd;
 }
 
+// Whether the ranks will drive NVIDIA GPUs: a GPU is visible and
+// LOOM_DEVICE does not say host. Such a rank belongs near its GPU, which
+// loomrun does not know, so the default binding leaves it to the job.
+bool gpuJob() {
+  const char* device = std::getenv("LOOM_DEVICE");
+  if (device != nullptr && std::strcmp(device, "host") == 0) return false;
+  struct stat st {};
+  return stat("/dev/nvidia0", &st) == 0 || stat("/proc/driver/nvidia/gpus", &st) == 0;
+}
+
+
 }  // namespace
+
+std::vector<std::vector<int>> cpusPerRank(LaunchOptions::Binding binding, const std::vector<std::vector<int>>& cores,
+                                          int nranks) {
+  std::vector<std::vector<int>> out(static_cast<size_t>(nranks));
+  const size_t c = cores.size();
+  const size_t n = size_t(nranks);
+  if (binding == LaunchOptions::Binding::kCore) {
+    for (size_t r = 0; r < n; ++r) out[r] = cores[r % c];
+  } else if (binding == LaunchOptions::Binding::kShare && n >= 2 && n <= c) {
+    for (size_t r = 0; r < n; ++r) {
+      for (size_t k = r * c / n; k < (r + 1) * c / n; ++k) out[r].insert(out[r].end(), cores[k].begin(), cores[k].end());
+    }
+  }
+  return out;
+}
 
 UniqueFd& UniqueFd::operator=(UniqueFd&& other) noexcept {
   if (this != &other) reset(other.release());
@@ -240,14 +252,16 @@ Status Launcher::prepare() {
   }
   signal(SIGPIPE, SIG_IGN);
   if (options_.timeoutSeconds > 0) timeoutAt_ = monotonicSeconds() + options_.timeoutSeconds;
-  if (options_.binding != LaunchOptions::Binding::kNone) {
+  const bool share = options_.binding == LaunchOptions::Binding::kShare && options_.nranks >= 2 && !gpuJob();
+  if (options_.binding == LaunchOptions::Binding::kCore) {
+    LOOM_ASSIGN_OR_RETURN(std::vector<std::vector<int>> cores, allowedCores());
+    rankCpus_ = cpusPerRank(options_.binding, cores, options_.nranks);
+  } else if (share) {
+    // The default: where the CPU set cannot be read, unbound rather than not at all.
     Result<std::vector<std::vector<int>>> cores = allowedCores();
     if (cores.isOk()) {
       rankCpus_ = cpusPerRank(options_.binding, *cores, options_.nranks);
-    } else if (options_.binding == LaunchOptions::Binding::kCore) {
-      return cores.takeStatus();
     } else {
-      // The default only: run unbound rather than not at all.
       std::fprintf(stderr, "loomrun: warning: ranks are not bound (%s)\n", cores.status().message().c_str());
     }
   }
@@ -319,10 +333,13 @@ Status Launcher::spawn(Child& child, const std::vector<std::string>& environment
     if (outWrite.get() >= 0) dup2(outWrite.get(), STDOUT_FILENO);
     if (errWrite.get() >= 0) dup2(errWrite.get(), STDERR_FILENO);
     if (bound && sched_setaffinity(0, sizeof binding, &binding) != 0) {
-      std::string message = "loomrun: cannot bind rank " + std::to_string(child.rank) + " to its CPUs: " +
-                            std::strerror(errno) + "\n";
+      // --bind-to core was asked for; the default runs the rank unbound.
+      const bool asked = options_.binding == LaunchOptions::Binding::kCore;
+      std::string message = std::string("loomrun: ") + (asked ? "" : "warning: ") + "cannot bind rank " +
+                            std::to_string(child.rank) + " to its CPUs: " + std::strerror(errno) +
+                            (asked ? "\n" : "; it runs unbound\n");
       writeAll(STDERR_FILENO, message.data(), message.size());
-      _exit(126);
+      if (asked) _exit(126);
     }
     execvpe(argv[0], argv.data(), envp.data());
     std::string message = "loomrun: cannot run '" + options_.command[0] + "': " + std::strerror(errno) + "\n";

@@ -19,6 +19,11 @@
 
 namespace loom::launcher {
 
+// The CPUs each of `nranks` ranks is bound to under `binding` (empty: not
+// bound), given the cores loomrun may use (each a list of logical CPUs).
+std::vector<std::vector<int>> cpusPerRank(LaunchOptions::Binding binding, const std::vector<std::vector<int>>& cores,
+                                          int nranks);
+
 // Owns a file descriptor.
 class UniqueFd {
  public:
