@@ -162,20 +162,24 @@ void LatencyPath::publish() {
   const int n = nranks_;
   const size_t es = kernels::dataTypeSize(op.type);
   const size_t bytes = op.count * es;
-  kernels::Reduction red = op.reduction;
-  if (op.scalarPtr) std::memcpy(&red.scalar, op.scalarPtr, es);
-  std::byte* mine = inline_ ? board_.inlineData(rank_, s_) : board_.data(rank_, s_);
   const auto* send = static_cast<const std::byte*>(op.sendbuf);
-  // This rank's contribution (pre-multiplied for PreMulSum).
+  // This rank's contribution (pre-multiplied for PreMulSum). A Broadcast's
+  // readers have none, and nobody reads their lines: only their published
+  // sequence (slot reuse) counts.
   const size_t contribution = op.kind == OpKind::kReduceScatter ? bytes * size_t(n)
                               : op.kind == OpKind::kBroadcast && rank_ != op.root ? 0
                                                                                    : bytes;
   if (contribution) {
-    if (isReducing(op.kind) && red.op == kernels::RedOp::kPreMulSum)
+    std::byte* mine = inline_ ? board_.inlineData(rank_, s_) : board_.data(rank_, s_);
+    if (isReducing(op.kind) && op.reduction.op == kernels::RedOp::kPreMulSum) {
+      kernels::Reduction red = op.reduction;
+      if (op.scalarPtr) std::memcpy(&red.scalar, op.scalarPtr, es);
       kernels::reduce(red, mine, nullptr, 0, send, contribution / es, false);
-    else kernels::copyForPeer(mine, send, contribution);
+    } else {
+      kernels::copyForPeer(mine, send, contribution);
+    }
+    if (inline_) board_.stampInline(rank_, s_);
   }
-  if (inline_) board_.stampInline(rank_, s_);
   board_.publish(rank_, s_);
   // AllGather out of place: its own block now, while the peers' arrive
   // (2 ranks, 64 KiB, bound: 4.5-4.7 -> 4.4 us).
