@@ -191,7 +191,6 @@ bool gpuJob() {
   return stat("/dev/nvidia0", &st) == 0 || stat("/proc/driver/nvidia/gpus", &st) == 0;
 }
 
-
 }  // namespace
 
 std::vector<std::vector<int>> cpusPerRank(LaunchOptions::Binding binding, const std::vector<std::vector<int>>& cores,
@@ -252,16 +251,16 @@ Status Launcher::prepare() {
   }
   signal(SIGPIPE, SIG_IGN);
   if (options_.timeoutSeconds > 0) timeoutAt_ = monotonicSeconds() + options_.timeoutSeconds;
+  const bool core = options_.binding == LaunchOptions::Binding::kCore;
   const bool share = options_.binding == LaunchOptions::Binding::kShare && options_.nranks >= 2 && !gpuJob();
-  if (options_.binding == LaunchOptions::Binding::kCore) {
-    LOOM_ASSIGN_OR_RETURN(std::vector<std::vector<int>> cores, allowedCores());
-    rankCpus_ = cpusPerRank(options_.binding, cores, options_.nranks);
-  } else if (share) {
-    // The default: where the CPU set cannot be read, unbound rather than not at all.
+  if (core || share) {
     Result<std::vector<std::vector<int>>> cores = allowedCores();
     if (cores.isOk()) {
       rankCpus_ = cpusPerRank(options_.binding, *cores, options_.nranks);
+    } else if (core) {
+      return cores.takeStatus();
     } else {
+      // The default: where the CPU set cannot be read, unbound rather than not at all.
       std::fprintf(stderr, "loomrun: warning: ranks are not bound (%s)\n", cores.status().message().c_str());
     }
   }
