@@ -4,6 +4,7 @@
 
 #include <cstring>
 
+#include "common/asymmetric_fence.h"
 #include "common/log.h"
 #include "core/communicator.h"
 #include "kernels/reduce.h"
@@ -61,10 +62,13 @@ Result<std::unique_ptr<LatencyPath>> LatencyPath::setup(Bootstrap& bootstrap, in
   if (rank != 0 && wanted)
     board = descs[0].magic ? Board::open(descs[0]) : Result<Board>(remoteError("rank 0 has no board"));
   if (board.isOk()) board->join(rank);
+  // Bit 0: this rank has the board; bit 1: it can fence asymmetrically.
   std::vector<uint8_t> ok(static_cast<size_t>(nranks));
-  ok[size_t(rank)] = board.isOk() ? 1 : 0;
+  ok[size_t(rank)] = board.isOk() ? 1 | (AsymmetricFence::enable(FenceScope::kProcesses) ? 2 : 0) : 0;
   LOOM_TRY(bootstrap.allGather(ok.data(), 1, deadline, abort));
+  bool asymmetric = true;
   for (int r = 0; r < nranks; ++r) {
+    asymmetric = asymmetric && (ok[size_t(r)] & 2);
     if (!ok[size_t(r)]) {
       LOOM_INFO(log::kInit, "rank %d: no shared-memory board (the latency path) because rank %d has none%s%s",
                 rank, r, r == rank ? ": " : "", r == rank ? board.status().message().c_str() : "");
@@ -72,6 +76,7 @@ Result<std::unique_ptr<LatencyPath>> LatencyPath::setup(Bootstrap& bootstrap, in
     }
   }
   // Everyone has opened it and joined.
+  board->setAsymmetricFence(asymmetric);
   board->closeShared();
   board->watchMembers();
   return std::unique_ptr<LatencyPath>(new LatencyPath(std::move(board.value()), rank, nranks, tuning));

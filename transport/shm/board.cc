@@ -17,6 +17,7 @@
 #include <string>
 #include <utility>
 
+#include "common/asymmetric_fence.h"
 #include "common/cpu_relax.h"
 
 #ifndef SYS_pidfd_open
@@ -170,6 +171,7 @@ Board& Board::operator=(Board&& other) noexcept {
   nonce_ = other.nonce_;
   leaderPid_ = other.leaderPid_;
   member_ = std::exchange(other.member_, -1);
+  asymmetric_ = other.asymmetric_;
   memfd_ = std::move(other.memfd_);
   pidfds_ = std::move(other.pidfds_);
   return *this;
@@ -191,10 +193,15 @@ bool Board::alive(int m) const {
 
 void Board::publish(int member, uint64_t seq) const {
   Line* l = line(member);
-  // seq_cst store, then seq_cst load of `waiters`: a sleeper that counted
-  // itself before its last look at the word is always seen (wait() mirrors it).
-  l->seq.store(seq, std::memory_order_seq_cst);
-  if (l->waiters.load(std::memory_order_seq_cst) != 0) futex(&l->seq, FUTEX_WAKE, INT_MAX, nullptr);
+  // Store, fence, then look at `waiters`: a sleeper that counted itself
+  // before its last look at the word is always seen (wait() mirrors it).
+  // The full fence would wait for every store of this operation to reach
+  // its cache line, its inline data among them, which the reader may hold:
+  // a transfer's latency on every call of a tiny operation.
+  l->seq.store(seq, std::memory_order_release);
+  if (asymmetric_) AsymmetricFence::light(FenceScope::kProcesses);
+  else std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (l->waiters.load(std::memory_order_relaxed) != 0) futex(&l->seq, FUTEX_WAKE, INT_MAX, nullptr);
 }
 
 bool Board::waitInline(int m, uint64_t seq, int spins) const {
@@ -213,6 +220,7 @@ bool Board::wait(int m, uint64_t want, int spins, int sleepMs) const {
   }
   if (sleepMs <= 0) return l->seq.load(std::memory_order_acquire) >= want;
   l->waiters.fetch_add(1, std::memory_order_seq_cst);
+  if (asymmetric_) AsymmetricFence::heavy(FenceScope::kProcesses);
   const uint64_t seen = l->seq.load(std::memory_order_seq_cst);
   if (seen < want) {
     timespec ts{sleepMs / 1000, long(sleepMs % 1000) * 1000000L};

@@ -16,7 +16,8 @@
 // call on the fast path: publishing is a store, waiting is a spin on a
 // cache line. A waiter that runs out of spins sleeps on a futex on the
 // sequence word's low half (FUTEX_WAIT on shared memory), and a publisher
-// calls FUTEX_WAKE only when it sees a sleeper.
+// calls FUTEX_WAKE only when it sees a sleeper (a store-load pattern each
+// side fences: see setAsymmetricFence).
 //
 // Setup: the leader create()s the segment (a sealed memfd, nothing in
 // /dev/shm) and ships describe() to the members, which open() it through
@@ -112,6 +113,11 @@ class Board {
   bool waitInline(int m, uint64_t seq, int spins) const;
   // Member `member` finished writing its data for operation `seq`.
   void publish(int member, uint64_t seq) const;
+  // Every member agreed to fence asymmetrically (each registered with
+  // AsymmetricFence::enable(FenceScope::kProcesses)): publish() then stores
+  // without a full fence, and a waiter about to sleep pays with a
+  // membarrier instead. All members must set the same value.
+  void setAsymmetricFence(bool on) { asymmetric_ = on; }
   uint64_t seen(int member) const { return line(member)->seq.load(std::memory_order_acquire); }
   // Waits until member `m` has published `want`: spins `spins` rounds, then
   // sleeps on the futex for at most `sleepMs`. False when it has not yet.
@@ -144,6 +150,7 @@ class Board {
   uint64_t nonce_ = 0;
   int32_t leaderPid_ = 0;
   int member_ = -1;  // this process's place, once joined
+  bool asymmetric_ = false;
   net::UniqueFd memfd_;  // the leader's, until closeShared()
   std::vector<net::UniqueFd> pidfds_;
 };
