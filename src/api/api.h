@@ -67,6 +67,33 @@ Result<core::CommRef> lookupUsable(const ncclComm* comm);
 // or abort; an error when it is not live or not this process's.
 Result<ncclComm*> takeHandle(const ncclComm* comm);
 
+// A data call's hold on its communicator, the path of every collective:
+// no lock and no atomic read-modify-write on the way in or out, where a pin
+// costs three (registry lock, pin, unpin). The calling thread names the
+// handle in a slot of its own and finds it in a small cache of handles
+// it saw live, valid while the registry has lost none since; a teardown
+// removes the handle first (takeHandle), then waits until no slot names it
+// (waitForCalls). An operation that outlives the call (a group's, a
+// device queue's) pins the communicator for that (core::enqueue).
+struct CallSlot;
+class CallScope {
+ public:
+  explicit CallScope(const ncclComm* comm);
+  ~CallScope();
+  CallScope(const CallScope&) = delete;
+  CallScope& operator=(const CallScope&) = delete;
+  // lookupUsable()'s checks and errors; the communicator stays valid until
+  // the scope ends.
+  Result<core::Communicator*> usable();
+
+ private:
+  CallSlot* slot_;
+  const ncclComm* comm_;
+};
+// After takeHandle(comm): waits up to `seconds` until no thread is inside a
+// data call on it; false when one still is.
+bool waitForCalls(const ncclComm* comm, double seconds);
+
 // The argument checks every data call makes: inline, so that the common
 // case (a valid argument) costs a compare; the error is built out of line.
 Status nullArgument(const char* arg);

@@ -2,17 +2,73 @@
 
 #include <unistd.h>
 
+#include <array>
+#include <chrono>
 #include <cstdio>
+#include <thread>
+#include <vector>
 
+#include "common/asymmetric_fence.h"
 #include "common/log.h"
 #include "common/spin_mutex.h"
 
 namespace loom::api {
 namespace {
 
-SpinMutex gMutex;  // guards gComms and gLastError
+SpinMutex gMutex;  // guards gComms, gLastError and gSlots
 std::set<const ncclComm*> gComms;
 std::string gLastError;
+// Bumped (under gMutex) whenever a handle leaves gComms: a thread's cached
+// handles are good while it has not changed.
+alignas(64) std::atomic<uint64_t> gGeneration{1};
+
+}  // namespace
+
+// One per thread that made a data call; reused after the thread exits.
+struct alignas(64) CallSlot {
+  std::atomic<const ncclComm*> inCall{nullptr};  // written by its thread only
+  struct Cached {
+    const ncclComm* handle = nullptr;
+    core::Communicator* comm = nullptr;
+    uint64_t generation = 0;
+  };
+  std::array<Cached, 4> cache;  // its thread's alone
+  unsigned next = 0;
+  bool owned = false;  // gMutex
+};
+
+namespace {
+
+// Slots are never freed: a teardown scans them without the lock.
+std::vector<std::unique_ptr<CallSlot>> gSlots;
+// The calling thread's slot (a plain pointer: every data call reads it, and
+// a thread_local with a destructor costs a guard on each access);
+// tSlotRelease gives it back when the thread exits.
+thread_local CallSlot* tSlot = nullptr;
+struct SlotRelease {
+  ~SlotRelease() {
+    if (!tSlot) return;
+    std::lock_guard<SpinMutex> lock(gMutex);
+    tSlot->cache = {};
+    tSlot->owned = false;
+    tSlot = nullptr;
+  }
+};
+thread_local SlotRelease tSlotRelease;
+
+CallSlot* claimSlot() {
+  (void)&tSlotRelease;  // constructs it, so that its destructor runs at thread exit
+  std::lock_guard<SpinMutex> lock(gMutex);
+  for (auto& s : gSlots) {
+    if (!s->owned) {
+      s->owned = true;
+      return tSlot = s.get();
+    }
+  }
+  gSlots.push_back(std::make_unique<CallSlot>());
+  gSlots.back()->owned = true;
+  return tSlot = gSlots.back().get();
+}
 
 }  // namespace
 
@@ -36,6 +92,7 @@ const char* lastError() {
 }
 
 void registerComm(ncclComm* comm) {
+  AsymmetricFence::enable(FenceScope::kProcess);  // before any call can use the handle
   std::lock_guard<SpinMutex> lock(gMutex);
   gComms.insert(comm);
 }
@@ -71,20 +128,76 @@ Result<ncclComm*> takeHandle(const ncclComm* comm) {
   if (!gComms.count(comm) || !comm->impl) return notLive("comm");
   if (comm->impl->forkedAway()) return forked("comm", *comm->impl);
   gComms.erase(comm);
+  gGeneration.fetch_add(1, std::memory_order_seq_cst);
   return const_cast<ncclComm*>(comm);
 }
 
-Result<core::CommRef> lookupUsable(const ncclComm* comm) {
-  LOOM_ASSIGN_OR_RETURN(core::CommRef c, lookup(comm));
-  if (c->usableNow()) return c;
-  Status s = c->asyncError();
+namespace {
+
+// The part of lookupUsable after the lookup, for a communicator that is
+// not usable at once.
+Status checkUsable(core::Communicator& c) {
+  Status s = c.asyncError();
   if (s.code() == Code::kInProgress) {
-    s = c->waitReady();  // host mode: calls block, so wait for a pending init
+    s = c.waitReady();  // host mode: calls block, so wait for a pending init
   }
   if (!s.isOk()) {
     return Status(s.code(), "the communicator has failed earlier and cannot be used: " + s.message());
   }
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<core::CommRef> lookupUsable(const ncclComm* comm) {
+  LOOM_ASSIGN_OR_RETURN(core::CommRef c, lookup(comm));
+  if (!c->usableNow()) LOOM_TRY(checkUsable(*c));
   return c;
+}
+
+CallScope::CallScope(const ncclComm* comm) : slot_(tSlot ? tSlot : claimSlot()), comm_(comm) {
+  slot_->inCall.store(comm, std::memory_order_relaxed);
+  // Against takeHandle's bump of the generation and waitForCalls' look at
+  // the slot: either this call sees the new generation, or the teardown
+  // sees this call.
+  AsymmetricFence::light(FenceScope::kProcess);
+}
+
+CallScope::~CallScope() { slot_->inCall.store(nullptr, std::memory_order_release); }
+
+Result<core::Communicator*> CallScope::usable() {
+  if (!comm_) return invalidArgument("comm is NULL");
+  core::Communicator* c = nullptr;
+  const uint64_t generation = gGeneration.load(std::memory_order_acquire);
+  for (const CallSlot::Cached& e : slot_->cache) {
+    if (e.handle == comm_ && e.generation == generation) c = e.comm;
+  }
+  if (!c) {
+    std::lock_guard<SpinMutex> lock(gMutex);
+    if (!gComms.count(comm_) || !comm_->impl) return notLive("comm");
+    c = comm_->impl.get();
+    slot_->cache[slot_->next++ % slot_->cache.size()] = {comm_, c, gGeneration.load(std::memory_order_relaxed)};
+  }
+  if (c->forkedAway()) return forked("comm", *c);
+  if (!c->usableNow()) LOOM_TRY(checkUsable(*c));
+  return c;
+}
+
+bool waitForCalls(const ncclComm* comm, double seconds) {
+  AsymmetricFence::heavy(FenceScope::kProcess);
+  std::vector<CallSlot*> slots;
+  {
+    std::lock_guard<SpinMutex> lock(gMutex);
+    for (auto& s : gSlots) slots.push_back(s.get());
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  for (CallSlot* s : slots) {
+    while (s->inCall.load(std::memory_order_acquire) == comm) {
+      if (std::chrono::steady_clock::now() >= deadline) return false;
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  }
+  return true;
 }
 
 Status nullArgument(const char* arg) { return invalidArgument(std::string(arg) + " is NULL"); }

@@ -14,8 +14,7 @@ namespace {
 // many `count`-sized blocks the largest buffer holds (nranks for AllGather's
 // output, 1 for AllReduce...), for the overflow check.
 Status prepare(OpKind kind, const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
-               int op, int root, ncclComm_t comm, core::CommRef* outComm, OpDesc* desc) {
-  LOOM_ASSIGN_OR_RETURN(core::CommRef c, lookupUsable(comm));
+               int op, int root, Communicator* c, OpDesc* desc) {
   LOOM_TRY(checkType(datatype));
   const int n = c->nranks();
   const size_t es = kernels::dataTypeSize(kernels::DataType(datatype));
@@ -47,17 +46,17 @@ Status prepare(OpKind kind, const void* sendbuff, void* recvbuff, size_t count, 
   desc->root = root;
   if (core::isReducing(kind)) LOOM_TRY(c->resolveOp(op, desc->type, &desc->reduction, &desc->scalarPtr));
   else desc->reduction.type = desc->type;
-  *outComm = std::move(c);
   return Status::ok();
 }
 
 Status run(OpKind kind, const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
            int op, int root, ncclComm_t comm, cudaStream_t stream) {
-  core::CommRef c;
+  CallScope call(comm);
+  LOOM_ASSIGN_OR_RETURN(Communicator* c, call.usable());
   OpDesc desc;
-  LOOM_TRY(prepare(kind, sendbuff, recvbuff, count, datatype, op, root, comm, &c, &desc));
+  LOOM_TRY(prepare(kind, sendbuff, recvbuff, count, datatype, op, root, c, &desc));
   desc.stream = stream;
-  return core::enqueue(std::move(c), desc);
+  return core::enqueue(c, desc);
 }
 
 }  // namespace

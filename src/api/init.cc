@@ -118,7 +118,7 @@ Status closeHandle(ncclComm_t comm, bool abort) {
     c->abortDependents();  // a child still being set up holds this one
   }
   const double waitS = abort ? kAbortWaitS : std::max(c->timeoutS(), kAbortWaitS);
-  if (!c->closeAndWait(waitS)) {
+  if (!waitForCalls(handle, waitS) || !c->closeAndWait(waitS)) {
     // Deleting it now would crash the thread that still holds it: keep it.
     LOOM_WARN("%s is still in use by another thread %.0f s after %s; its memory is kept so that thread "
               "cannot crash (end that thread's group or call first)",

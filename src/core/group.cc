@@ -478,8 +478,7 @@ Status submitToDevices(std::vector<PendingOp> ops) {
 
 // One operation outside a group on a host communicator: runOps without the
 // bookkeeping for several communicators (the latency of small operations).
-Status runSingle(const CommRef& comm, const OpDesc& op) {
-  Communicator* c = comm.get();
+Status runSingle(Communicator* c, const OpDesc& op) {
   // The checks inline first: on the board, the rest of a small call costs
   // about as much as they do.
   if (!c->usableNow()) LOOM_TRY(waitTurn(c));
@@ -634,16 +633,20 @@ Status groupSimulateEnd(float* estimatedUs) {
   return groupEnd();  // runs pending inits only: the ops were taken out
 }
 
-Status enqueue(CommRef comm, const OpDesc& op) {
-  if (tGroupDepth == 0) {
-    const bool device = comm->mode() == Mode::kCuda;
-    if (!device) return runSingle(comm, op);
-    std::vector<PendingOp> ops;
-    ops.push_back(PendingOp{std::move(comm), op});
-    return submitToDevices(std::move(ops));
+Status enqueue(Communicator* comm, const OpDesc& op) {
+  const bool now = tGroupDepth == 0;
+  if (now && comm->mode() != Mode::kCuda) return runSingle(comm, op);
+  if (!comm->tryPin()) {
+    return invalidArgument("comm is being destroyed or aborted by another thread");
   }
-  tGroup.ops.push_back(PendingOp{std::move(comm), op});
-  return Status::ok();
+  PendingOp pending{CommRef::adopt(comm), op};
+  if (!now) {
+    tGroup.ops.push_back(std::move(pending));
+    return Status::ok();
+  }
+  std::vector<PendingOp> ops;
+  ops.push_back(std::move(pending));
+  return submitToDevices(std::move(ops));
 }
 
 void enqueueInit(Communicator* comm, std::function<Status()> job) {

@@ -29,8 +29,10 @@ int groupDepth();
 Status groupSimulateEnd(float* estimatedUs);
 
 // Adds an operation to the calling thread's group; runs it at once when no
-// group is open. The group keeps `comm` pinned until it has run.
-Status enqueue(CommRef comm, const OpDesc& op);
+// group is open. The caller keeps `comm` alive for the call (api::CallScope);
+// work that outlives it (a group's, a device queue's) pins it, and fails
+// when its teardown has begun.
+Status enqueue(Communicator* comm, const OpDesc& op);
 // Adds an init job; outside a group the caller runs it directly instead.
 // groupEnd starts it on `comm`'s own init thread when `comm` is
 // non-blocking, else runs it on a worker it joins and marks `comm` failed

@@ -505,12 +505,39 @@ TEST(Reliability, ResetDebugInitRacesSettingReads) {
   resetter.join();
 }
 
+// Data calls find their communicator in a cache of live handles that each
+// thread keeps: a handle this thread used and then destroyed (itself, or
+// another thread) is refused like any dead handle, and a new communicator
+// that the allocator puts at the same address works.
+TEST(Reliability, DataCallsRefuseADeadHandleThisThreadUsed) {
+  float x = 1, y = 0;
+  for (int round = 0; round < 40; ++round) {
+    ncclComm_t c = nullptr;
+    ASSERT_EQ(ncclCommInitAll(&c, 1, nullptr), ncclSuccess) << ncclGetLastError(nullptr);
+    y = 0;
+    ASSERT_EQ(ncclAllReduce(&x, &y, 1, ncclFloat32, ncclSum, c, nullptr), ncclSuccess) << ncclGetLastError(nullptr);
+    EXPECT_EQ(y, 1.0f);
+    if (round % 2) {
+      ASSERT_EQ(ncclCommDestroy(c), ncclSuccess);
+    } else {
+      std::thread([c] { EXPECT_EQ(ncclCommAbort(c), ncclSuccess); }).join();
+    }
+    EXPECT_EQ(ncclAllReduce(&x, &y, 1, ncclFloat32, ncclSum, c, nullptr), ncclInvalidArgument) << "round " << round;
+    EXPECT_EQ(ncclBroadcast(&x, &y, 1, ncclFloat32, 0, c, nullptr), ncclInvalidArgument) << "round " << round;
+  }
+}
+
 // A child forked after init (DataLoader workers are) gets ncclInvalidUsage
 // from every call on an inherited communicator, including destroy and
 // abort, and touches nothing the parent shares: the parent's ranks go on.
 TEST(Reliability, ForkedChildCannotTouchInheritedCommunicators) {
   auto comms = initAll(2);
   allReduceOk(comms);  // shared memory (or TCP) connections exist now
+  // One this thread has called on, so that its cache of live handles,
+  // which the child inherits, names it.
+  auto solo = initAll(1);
+  float one = 1, sum = 0;
+  ASSERT_EQ(ncclAllReduce(&one, &sum, 1, ncclFloat32, ncclSum, solo[0], nullptr), ncclSuccess);
   const pid_t pid = fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
@@ -520,6 +547,7 @@ TEST(Reliability, ForkedChildCannotTouchInheritedCommunicators) {
     if (std::string(ncclGetLastError(nullptr)).find("fork") == std::string::npos) bad |= 2;
     if (ncclCommDestroy(comms[0]) != ncclInvalidUsage) bad |= 4;
     if (ncclCommAbort(comms[1]) != ncclInvalidUsage) bad |= 8;
+    if (ncclAllReduce(&x, &y, 1, ncclFloat32, ncclSum, solo[0], nullptr) != ncclInvalidUsage) bad |= 16;
     _exit(bad);
   }
   int status = 0;
@@ -528,6 +556,8 @@ TEST(Reliability, ForkedChildCannotTouchInheritedCommunicators) {
   EXPECT_EQ(WEXITSTATUS(status), 0) << "bit mask of the child's failed checks";
   allReduceOk(comms, 300000);  // several FIFO slots' worth
   for (ncclComm_t c : comms) EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
+  EXPECT_EQ(ncclAllReduce(&one, &sum, 1, ncclFloat32, ncclSum, solo[0], nullptr), ncclSuccess);
+  EXPECT_EQ(ncclCommDestroy(solo[0]), ncclSuccess);
 }
 
 }  // namespace
