@@ -11,6 +11,7 @@
 
 #include <nccl.h>
 
+#include <chrono>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -54,9 +55,10 @@ ncclResult_t guard(const char* func, F&& body) noexcept {
   }
 }
 
-// Handle registry. A handle is looked up and pinned for the whole call
-// (core::CommRef): destroy and abort remove it from the registry first (so
-// exactly one of two racing teardowns wins), then wait for the pins.
+// Handle registry. A call other than a data call looks its handle up and
+// pins it for the whole call (core::CommRef); data calls hold it through a
+// CallScope. Destroy and abort remove it from the registry first (so
+// exactly one of two racing teardowns wins), then wait for both.
 void registerComm(ncclComm* comm);
 // The pinned communicator behind a handle, or an error naming `arg`. A
 // handle inherited through fork() is kInvalidUsage.
@@ -90,9 +92,10 @@ class CallScope {
   CallSlot* slot_;
   const ncclComm* comm_;
 };
-// After takeHandle(comm): waits up to `seconds` until no thread is inside a
-// data call on it; false when one still is.
-bool waitForCalls(const ncclComm* comm, double seconds);
+// After takeHandle(comm): waits until no thread is inside a data call on
+// it; false when one still is at `deadline` (or the fence this needs
+// failed): its memory must then be kept.
+bool waitForCalls(const ncclComm* comm, std::chrono::steady_clock::time_point deadline);
 
 // The argument checks every data call makes: inline, so that the common
 // case (a valid argument) costs a compare; the error is built out of line.

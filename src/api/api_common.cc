@@ -1,10 +1,12 @@
 #include "api/api.h"
 
+#include <pthread.h>
 #include <unistd.h>
 
 #include <array>
 #include <chrono>
 #include <cstdio>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -39,8 +41,10 @@ struct alignas(64) CallSlot {
 
 namespace {
 
-// Slots are never freed: a teardown scans them without the lock.
-std::vector<std::unique_ptr<CallSlot>> gSlots;
+// Slots are never freed, not even at exit (a thread may still be in a
+// call, or end after the library's statics): a teardown scans them without
+// the lock.
+std::vector<std::unique_ptr<CallSlot>>& gSlots = *new std::vector<std::unique_ptr<CallSlot>>;
 // The calling thread's slot (a plain pointer: every data call reads it, and
 // a thread_local with a destructor costs a guard on each access);
 // tSlotRelease gives it back when the thread exits.
@@ -70,6 +74,21 @@ CallSlot* claimSlot() {
   return tSlot = gSlots.back().get();
 }
 
+// fork(): the child's only thread keeps its slot; the others' threads do
+// not exist there, so their slots are free. gMutex is held across the fork,
+// so that the child never inherits it held by a thread it does not have.
+void lockForFork() { gMutex.lock(); }
+void unlockAfterFork() { gMutex.unlock(); }
+void resetSlotsInChild() {
+  for (auto& s : gSlots) {
+    if (s.get() == tSlot) continue;
+    s->inCall.store(nullptr, std::memory_order_relaxed);
+    s->cache = {};
+    s->owned = false;
+  }
+  gMutex.unlock();
+}
+
 }  // namespace
 
 ncclResult_t toNccl(Code code) { return ncclResult_t(int(code)); }
@@ -92,6 +111,8 @@ const char* lastError() {
 }
 
 void registerComm(ncclComm* comm) {
+  static std::once_flag forkHandlers;
+  std::call_once(forkHandlers, [] { pthread_atfork(lockForFork, unlockAfterFork, resetSlotsInChild); });
   AsymmetricFence::enable(FenceScope::kProcess);  // before any call can use the handle
   std::lock_guard<SpinMutex> lock(gMutex);
   gComms.insert(comm);
@@ -183,14 +204,14 @@ Result<core::Communicator*> CallScope::usable() {
   return c;
 }
 
-bool waitForCalls(const ncclComm* comm, double seconds) {
-  AsymmetricFence::heavy(FenceScope::kProcess);
+bool waitForCalls(const ncclComm* comm, std::chrono::steady_clock::time_point deadline) {
+  // Without the fence a call that read the old generation may go unseen.
+  if (!AsymmetricFence::heavy(FenceScope::kProcess)) return false;
   std::vector<CallSlot*> slots;
   {
     std::lock_guard<SpinMutex> lock(gMutex);
     for (auto& s : gSlots) slots.push_back(s.get());
   }
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
   for (CallSlot* s : slots) {
     while (s->inCall.load(std::memory_order_acquire) == comm) {
       if (std::chrono::steady_clock::now() >= deadline) return false;

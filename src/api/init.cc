@@ -100,7 +100,8 @@ Status initFromId(ncclComm_t* comm, int nranks, const ncclUniqueId& id, int rank
 constexpr double kAbortWaitS = 30;
 
 // ncclCommDestroy and ncclCommAbort: exactly one of two racing teardowns of
-// a handle wins; the communicator is deleted once no call pins it.
+// a handle wins; the communicator is deleted once no call holds it (a data
+// call in its thread's slot, any other through a pin).
 Status closeHandle(ncclComm_t comm, bool abort) {
   {
     LOOM_ASSIGN_OR_RETURN(CommRef c, lookup(comm));
@@ -118,7 +119,10 @@ Status closeHandle(ncclComm_t comm, bool abort) {
     c->abortDependents();  // a child still being set up holds this one
   }
   const double waitS = abort ? kAbortWaitS : std::max(c->timeoutS(), kAbortWaitS);
-  if (!waitForCalls(handle, waitS) || !c->closeAndWait(waitS)) {
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(waitS));
+  if (!waitForCalls(handle, deadline) ||
+      !c->closeAndWait(std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count())) {
     // Deleting it now would crash the thread that still holds it: keep it.
     LOOM_WARN("%s is still in use by another thread %.0f s after %s; its memory is kept so that thread "
               "cannot crash (end that thread's group or call first)",

@@ -4,7 +4,9 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <mutex>
+#include <thread>
 
 namespace loom {
 namespace {
@@ -35,9 +37,17 @@ bool AsymmetricFence::enable(FenceScope scope) {
   return true;
 }
 
-void AsymmetricFence::heavy(FenceScope scope) noexcept {
+bool AsymmetricFence::heavy(FenceScope scope) noexcept {
+  if (!enabled(scope)) {
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    return true;
+  }
   // The syscall itself orders this thread's accesses around it.
-  if (!enabled(scope) || membarrier(fenceCommand(scope)) != 0) std::atomic_thread_fence(std::memory_order_seq_cst);
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    if (membarrier(fenceCommand(scope)) == 0) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1 << attempt));
+  }
+  return false;
 }
 
 }  // namespace loom

@@ -7,7 +7,7 @@
 // a compiler barrier (light()) and the rare side pays instead (heavy()):
 // the kernel makes every running thread of the process, or of every
 // process that registered, pass a full fence. Where the kernel refuses
-// membarrier, light() is a full fence and heavy() does nothing.
+// membarrier, light() is a full fence and heavy() one too.
 #pragma once
 
 #include <atomic>
@@ -29,8 +29,11 @@ class AsymmetricFence {
     if (enabled(scope)) std::atomic_signal_fence(std::memory_order_seq_cst);
     else std::atomic_thread_fence(std::memory_order_seq_cst);
   }
-  // The rare side, between its store and its load.
-  static void heavy(FenceScope scope) noexcept;
+  // The rare side, between its store and its load. False when the kernel
+  // refused the membarrier after enable() had succeeded (it may fail for
+  // want of memory): the light side was then not ordered, and the caller
+  // must not rely on what it loads next.
+  [[nodiscard]] static bool heavy(FenceScope scope) noexcept;
 
  private:
   static bool enabled(FenceScope scope) noexcept {

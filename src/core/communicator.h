@@ -6,10 +6,13 @@
 // communicator run one at a time (opMutex); abort() may be called from any
 // thread and makes a running operation return within a bounded time.
 //
-// Lifetime: every call that uses a communicator holds a pin (CommRef) for
-// as long as it uses it: API calls, operations queued in a group, split and
-// init jobs on their threads. closeAndWait() refuses new pins and waits for
-// the held ones, so a communicator is deleted only when nobody uses it.
+// Lifetime: whoever uses a communicator holds it for as long as it does.
+// The API's data calls hold it through their thread's call slot
+// (api::CallScope), which a teardown waits for before closeAndWait(); other
+// API calls, operations queued in a group or a device queue, and split and
+// init jobs on their threads hold a pin (CommRef). closeAndWait() refuses
+// new pins and waits for the held ones, so a communicator is deleted only
+// when nobody uses it.
 //
 // fork(): a communicator belongs to the process that created it. In a child
 // it is never touched (no shared-memory flag written, no fd signalled):
@@ -356,7 +359,7 @@ class Communicator {
   std::thread initThread_;  // joined by the destructor only
   std::unique_ptr<RootServer> root_;  // NCCL_COMM_ID rank 0's rendezvous
   // Pins held, plus kClosing once close has begun: taking and dropping a
-  // pin is one atomic add on every operation. pinMutex_ and pinCv_ only
+  // pin is an atomic each (data calls take none: api::CallScope). pinMutex_ and pinCv_ only
   // wake closeAndWait() when the last pin goes.
   static constexpr int64_t kClosing = int64_t(1) << 40;
   std::atomic<int64_t> pins_{0};

@@ -636,9 +636,7 @@ Status groupSimulateEnd(float* estimatedUs) {
 Status enqueue(Communicator* comm, const OpDesc& op) {
   const bool now = tGroupDepth == 0;
   if (now && comm->mode() != Mode::kCuda) return runSingle(comm, op);
-  if (!comm->tryPin()) {
-    return invalidArgument("comm is being destroyed or aborted by another thread");
-  }
+  comm->addPin();  // beside the caller's hold, which keeps any teardown waiting
   PendingOp pending{CommRef::adopt(comm), op};
   if (!now) {
     tGroup.ops.push_back(std::move(pending));

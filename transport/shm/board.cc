@@ -220,7 +220,9 @@ bool Board::wait(int m, uint64_t want, int spins, int sleepMs) const {
   }
   if (sleepMs <= 0) return l->seq.load(std::memory_order_acquire) >= want;
   l->waiters.fetch_add(1, std::memory_order_seq_cst);
-  if (asymmetric_) AsymmetricFence::heavy(FenceScope::kProcesses);
+  // Should the membarrier fail, a wake-up may be missed: the sleep is
+  // bounded by sleepMs.
+  if (asymmetric_) (void)AsymmetricFence::heavy(FenceScope::kProcesses);
   const uint64_t seen = l->seq.load(std::memory_order_seq_cst);
   if (seen < want) {
     timespec ts{sleepMs / 1000, long(sleepMs % 1000) * 1000000L};

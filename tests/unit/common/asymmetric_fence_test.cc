@@ -50,7 +50,7 @@ void lightSide(Litmus& l, FenceScope scope, int rounds) {
 }
 
 // The heavy side; returns the rounds in which neither side saw the other,
-// or -1 when the light side stopped.
+// or -1 when the light side stopped or a membarrier failed.
 int heavySide(Litmus& l, FenceScope scope, int rounds) {
   std::minstd_rand rng(11);
   int bad = 0;
@@ -60,7 +60,7 @@ int heavySide(Litmus& l, FenceScope scope, int rounds) {
     l.go.store(i, std::memory_order_release);
     for (int spin = int(rng() % 256); spin > 0; --spin) std::atomic_signal_fence(std::memory_order_seq_cst);
     l.y.store(1, std::memory_order_relaxed);
-    AsymmetricFence::heavy(scope);
+    if (!AsymmetricFence::heavy(scope)) return -1;
     const int seenX = l.x.load(std::memory_order_relaxed);
     if (!spinUntil(l, [&] { return l.done.load(std::memory_order_acquire) == i; })) return -1;
     bad += seenX == 0 && l.seenY.load(std::memory_order_relaxed) == 0;
@@ -92,7 +92,8 @@ TEST(AsymmetricFence, ProcessesSharingMemoryNeverBothMiss) {
   const pid_t child = fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
-    // Registration is per process: the child registers for itself.
+    // The child inherits the registration (the kernel keeps it across
+    // fork and drops it at exec; ranks that exec register for themselves).
     if (!AsymmetricFence::enable(FenceScope::kProcesses)) {
       l->quit = true;
       _exit(2);

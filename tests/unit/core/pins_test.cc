@@ -1,5 +1,6 @@
-// Pins (CommRef): what keeps a communicator alive while a call uses it, and
-// the spin lock that guards the registry and the flight recorder.
+// Pins (CommRef): what keeps a communicator alive while a call other than a
+// data call, a group or a job uses it, and the spin lock that guards the
+// registry and the flight recorder.
 #include <gtest/gtest.h>
 
 #include <atomic>

@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/asymmetric_fence.h"
 #include "transport/shm/board.h"
 
 namespace loom::transport::shm {
@@ -108,6 +109,51 @@ TEST(Board, SleepingWaiterIsWokenByThePublisher) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, 3s);
   // A timed-out sleep says so.
   EXPECT_FALSE(leader->wait(1, 6, 0, 20));
+}
+
+// Publishing without a full fence (every member fences asymmetrically): two
+// processes take turns, each sleeping on the futex until the other
+// publishes. A wake-up missed would cost that round the whole 2 s sleep.
+// (The race it guards against is narrow and rarely met here; the fence
+// itself is tested by the store-buffer litmus in asymmetric_fence_test.cc.
+// This checks the board's use of it end to end.)
+TEST(Board, AsymmetricFenceLosesNoWakeUp) {
+  if (!AsymmetricFence::enable(FenceScope::kProcesses)) {
+    GTEST_SKIP() << "this kernel refuses membarrier(GLOBAL_EXPEDITED): the board keeps its full fence";
+  }
+  auto leader = Board::create(2, 4096);
+  ASSERT_TRUE(leader.isOk());
+  leader->join(0);
+  leader->setAsymmetricFence(true);
+  const BoardDescriptor d = leader->describe();
+  constexpr uint64_t kRounds = 2000;
+  constexpr int kSleepMs = 2000;
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    auto mine = Board::open(d);
+    if (!mine.isOk()) _exit(2);
+    mine->join(1);
+    mine->setAsymmetricFence(true);
+    for (uint64_t s = 1; s <= kRounds; ++s) {
+      if (!mine->wait(0, s, 0, kSleepMs)) _exit(3);
+      mine->publish(1, s);
+    }
+    _exit(0);
+  }
+  double slowestS = 0;
+  bool answered = true;
+  for (uint64_t s = 1; s <= kRounds && answered; ++s) {
+    const auto start = std::chrono::steady_clock::now();
+    leader->publish(0, s);
+    answered = leader->wait(1, s, 0, kSleepMs) || leader->wait(1, s, 0, kSleepMs);
+    slowestS = std::max(slowestS, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
+  EXPECT_TRUE(answered);
+  EXPECT_LT(slowestS, 1.0) << "a round slept until its timeout: a wake-up was missed";
 }
 
 TEST(Board, MemberThatLeavesIsClosedAndWakesItsWaiters) {
