@@ -11,13 +11,13 @@
 
 #include <nccl.h>
 
-#include <chrono>
 #include <memory>
 #include <mutex>
 #include <set>
 #include <string>
 
 #include "common/status.h"
+#include "common/time.h"
 #include "core/communicator.h"
 
 struct ncclComm {
@@ -95,7 +95,7 @@ class CallScope {
 // After takeHandle(comm): waits until no thread is inside a data call on
 // it; false when one still is at `deadline` (or the fence this needs
 // failed): its memory must then be kept.
-bool waitForCalls(const ncclComm* comm, std::chrono::steady_clock::time_point deadline);
+bool waitForCalls(const ncclComm* comm, Deadline deadline);
 
 // The argument checks every data call makes: inline, so that the common
 // case (a valid argument) costs a compare; the error is built out of line.

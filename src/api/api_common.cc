@@ -132,13 +132,19 @@ Status forked(const char* arg, const core::Communicator& c) {
                       "forked child: create a new one there");
 }
 
+// The communicator behind a registered handle (gMutex held), without
+// touching the handle unless it is one.
+Result<core::Communicator*> registered(const ncclComm* comm, const char* arg) {
+  if (!gComms.count(comm) || !comm->impl) return notLive(arg);
+  return comm->impl.get();
+}
+
 }  // namespace
 
 Result<core::CommRef> lookup(const ncclComm* comm, const char* arg) {
   if (!comm) return invalidArgument(std::string(arg) + " is NULL");
   std::lock_guard<SpinMutex> lock(gMutex);
-  if (!gComms.count(comm) || !comm->impl) return notLive(arg);
-  core::Communicator* c = comm->impl.get();
+  LOOM_ASSIGN_OR_RETURN(core::Communicator* c, registered(comm, arg));
   if (c->forkedAway()) return forked(arg, *c);
   if (!c->tryPin()) return notLive(arg);
   return core::CommRef::adopt(c);
@@ -146,8 +152,8 @@ Result<core::CommRef> lookup(const ncclComm* comm, const char* arg) {
 
 Result<ncclComm*> takeHandle(const ncclComm* comm) {
   std::lock_guard<SpinMutex> lock(gMutex);
-  if (!gComms.count(comm) || !comm->impl) return notLive("comm");
-  if (comm->impl->forkedAway()) return forked("comm", *comm->impl);
+  LOOM_ASSIGN_OR_RETURN(core::Communicator* c, registered(comm, "comm"));
+  if (c->forkedAway()) return forked("comm", *c);
   gComms.erase(comm);
   gGeneration.fetch_add(1, std::memory_order_seq_cst);
   return const_cast<ncclComm*>(comm);
@@ -195,8 +201,7 @@ Result<core::Communicator*> CallScope::usable() {
   }
   if (!c) {
     std::lock_guard<SpinMutex> lock(gMutex);
-    if (!gComms.count(comm_) || !comm_->impl) return notLive("comm");
-    c = comm_->impl.get();
+    LOOM_ASSIGN_OR_RETURN(c, registered(comm_, "comm"));
     slot_->cache[slot_->next++ % slot_->cache.size()] = {comm_, c, gGeneration.load(std::memory_order_relaxed)};
   }
   if (c->forkedAway()) return forked("comm", *c);
@@ -204,7 +209,7 @@ Result<core::Communicator*> CallScope::usable() {
   return c;
 }
 
-bool waitForCalls(const ncclComm* comm, std::chrono::steady_clock::time_point deadline) {
+bool waitForCalls(const ncclComm* comm, Deadline deadline) {
   // Without the fence a call that read the old generation may go unseen.
   if (!AsymmetricFence::heavy(FenceScope::kProcess)) return false;
   std::vector<CallSlot*> slots;
@@ -214,7 +219,7 @@ bool waitForCalls(const ncclComm* comm, std::chrono::steady_clock::time_point de
   }
   for (CallSlot* s : slots) {
     while (s->inCall.load(std::memory_order_acquire) == comm) {
-      if (std::chrono::steady_clock::now() >= deadline) return false;
+      if (deadline.expired()) return false;
       std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
   }

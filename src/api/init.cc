@@ -119,10 +119,8 @@ Status closeHandle(ncclComm_t comm, bool abort) {
     c->abortDependents();  // a child still being set up holds this one
   }
   const double waitS = abort ? kAbortWaitS : std::max(c->timeoutS(), kAbortWaitS);
-  const auto deadline = std::chrono::steady_clock::now() +
-                        std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(waitS));
-  if (!waitForCalls(handle, deadline) ||
-      !c->closeAndWait(std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count())) {
+  const Deadline deadline = Deadline::afterSeconds(waitS);
+  if (!waitForCalls(handle, deadline) || !c->closeAndWait(deadline.msLeft() / 1000.0)) {
     // Deleting it now would crash the thread that still holds it: keep it.
     LOOM_WARN("%s is still in use by another thread %.0f s after %s; its memory is kept so that thread "
               "cannot crash (end that thread's group or call first)",

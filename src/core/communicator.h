@@ -359,8 +359,8 @@ class Communicator {
   std::thread initThread_;  // joined by the destructor only
   std::unique_ptr<RootServer> root_;  // NCCL_COMM_ID rank 0's rendezvous
   // Pins held, plus kClosing once close has begun: taking and dropping a
-  // pin is an atomic each (data calls take none: api::CallScope). pinMutex_ and pinCv_ only
-  // wake closeAndWait() when the last pin goes.
+  // pin is an atomic each (data calls take none: api::CallScope). pinMutex_
+  // and pinCv_ only wake closeAndWait() when the last pin goes.
   static constexpr int64_t kClosing = int64_t(1) << 40;
   std::atomic<int64_t> pins_{0};
   std::mutex pinMutex_;

@@ -29,9 +29,9 @@ int groupDepth();
 Status groupSimulateEnd(float* estimatedUs);
 
 // Adds an operation to the calling thread's group; runs it at once when no
-// group is open. The caller keeps `comm` alive for the call (api::CallScope);
-// work that outlives it (a group's, a device queue's) pins it, and fails
-// when its teardown has begun.
+// group is open. The caller keeps `comm` alive for the call (api::CallScope),
+// which also keeps any teardown from beginning; work that outlives the call
+// (a group's, a device queue's) adds a pin.
 Status enqueue(Communicator* comm, const OpDesc& op);
 // Adds an init job; outside a group the caller runs it directly instead.
 // groupEnd starts it on `comm`'s own init thread when `comm` is

@@ -22,6 +22,20 @@ namespace {
 
 using namespace std::chrono_literals;
 
+// Forks a process that opens the board `d` describes, joins it as member 1
+// and exits with body(its board); the parent gets the child's pid.
+template <typename F>
+pid_t forkMember(const BoardDescriptor& d, F body) {
+  const pid_t child = fork();
+  if (child == 0) {
+    auto mine = Board::open(d);
+    if (!mine.isOk()) _exit(2);
+    mine->join(1);
+    _exit(body(*mine));
+  }
+  return child;
+}
+
 TEST(Board, MembersSeeEachOthersSlotsAndSequences) {
   auto leader = Board::create(3, 4096);
   ASSERT_TRUE(leader.isOk()) << leader.status().message();
@@ -128,19 +142,15 @@ TEST(Board, AsymmetricFenceLosesNoWakeUp) {
   const BoardDescriptor d = leader->describe();
   constexpr uint64_t kRounds = 2000;
   constexpr int kSleepMs = 2000;
-  const pid_t child = fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    auto mine = Board::open(d);
-    if (!mine.isOk()) _exit(2);
-    mine->join(1);
-    mine->setAsymmetricFence(true);
+  const pid_t child = forkMember(d, [&](Board& mine) {
+    mine.setAsymmetricFence(true);
     for (uint64_t s = 1; s <= kRounds; ++s) {
-      if (!mine->wait(0, s, 0, kSleepMs)) _exit(3);
-      mine->publish(1, s);
+      if (!mine.wait(0, s, 0, kSleepMs)) return 3;
+      mine.publish(1, s);
     }
-    _exit(0);
-  }
+    return 0;
+  });
+  ASSERT_GE(child, 0);
   double slowestS = 0;
   bool answered = true;
   for (uint64_t s = 1; s <= kRounds && answered; ++s) {
@@ -184,17 +194,13 @@ TEST(Board, MemberProcessThatDiesIsClosed) {
   const BoardDescriptor d = leader->describe();
   int ready[2];
   ASSERT_EQ(pipe(ready), 0);
-  const pid_t child = fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    auto mine = Board::open(d);
-    if (!mine.isOk()) _exit(2);
-    mine->join(1);
+  const pid_t child = forkMember(d, [&](Board&) {
     char c = 1;
-    if (write(ready[1], &c, 1) != 1) _exit(3);
+    if (write(ready[1], &c, 1) != 1) return 3;
     pause();  // killed below, never leaves cleanly
-    _exit(0);
-  }
+    return 0;
+  });
+  ASSERT_GE(child, 0);
   char c = 0;
   ASSERT_EQ(read(ready[0], &c, 1), 1);
   leader->watchMembers();
