@@ -92,7 +92,7 @@ bool LatencyPath::takes(const OpDesc& op) const {
 }
 
 bool LatencyPath::arrived() const {
-  return waitsForStamp() ? board_.inlineStamped(waiting_, want_) : board_.seen(waiting_) >= want_;
+  return waitsForStamp() ? board_.inlineStamped(place_, waiting_, want_) : board_.seen(waiting_) >= want_;
 }
 
 bool LatencyPath::waitBriefly(bool cpusShared, int spinRounds) const {
@@ -103,7 +103,7 @@ bool LatencyPath::waitBriefly(bool cpusShared, int spinRounds) const {
   if (!cpusShared) {
     for (int left = spinRounds * 8; left > 0; left -= kSpinChunk) {
       const int spins = std::min(left, kSpinChunk);
-      if (waitsForStamp() ? board_.waitInline(waiting_, want_, spins) : board_.wait(waiting_, want_, spins, 0))
+      if (waitsForStamp() ? board_.waitInline(place_, waiting_, want_, spins) : board_.wait(waiting_, want_, spins, 0))
         return true;
       if (yieldSawOthers()) return arrived();
     }
@@ -130,7 +130,9 @@ void LatencyPath::start(const OpDesc& op) {
   waiting_ = -1;
   // The largest contribution any rank writes (the same on every rank).
   const size_t bytes = op.count * kernels::dataTypeSize(op.type);
-  inline_ = (op.kind == OpKind::kReduceScatter ? bytes * size_t(nranks_) : bytes) <= transport::shm::kBoardInlineBytes;
+  const size_t most = op.kind == OpKind::kReduceScatter ? bytes * size_t(nranks_) : bytes;
+  inline_ = most <= transport::shm::kBoardInlineBytes;
+  place_ = transport::shm::inlinePlaceFor(most);
 }
 
 bool LatencyPath::allPublished(const std::vector<int>& peers, uint64_t want) {
@@ -150,7 +152,7 @@ bool LatencyPath::allPublished(const std::vector<int>& peers, uint64_t want) {
 
 bool LatencyPath::allStamped(const std::vector<int>& peers) {
   for (int q : peers) {
-    if (!board_.inlineStamped(q, s_)) {
+    if (!board_.inlineStamped(place_, q, s_)) {
       waiting_ = q;
       want_ = s_;
       return false;
@@ -175,7 +177,7 @@ void LatencyPath::publish() {
                               : op.kind == OpKind::kBroadcast && rank_ != op.root ? 0
                                                                                    : bytes;
   if (contribution) {
-    std::byte* mine = inline_ ? board_.inlineData(rank_, s_) : board_.data(rank_, s_);
+    std::byte* mine = inline_ ? board_.inlineData(place_, rank_, s_) : board_.data(rank_, s_);
     if (isReducing(op.kind) && op.reduction.op == kernels::RedOp::kPreMulSum) {
       kernels::Reduction red = op.reduction;
       if (op.scalarPtr) std::memcpy(&red.scalar, op.scalarPtr, es);
@@ -183,7 +185,7 @@ void LatencyPath::publish() {
     } else {
       kernels::copyForPeer(mine, send, contribution);
     }
-    if (inline_) board_.stampInline(rank_, s_);
+    if (inline_) board_.stampInline(place_, rank_, s_);
   }
   board_.publish(rank_, s_);
   // AllGather out of place: its own block now, while the peers' arrive
@@ -235,13 +237,13 @@ void LatencyPath::finish() {
 
 bool LatencyPath::step(bool* progressed) {
   if (phase_ == Phase::kClaim) {
-    // This rank's slot (or inline line) for s last held s - lead, or an
-    // earlier operation: free once everyone published the one after it. A
-    // Broadcast's root runs up to lead - 1 operations ahead of its readers:
-    // 4 ranks on 2 cores, 8 B, from 0.75-1.0 us with 8 inline lines to
-    // 0.34-0.52 with 64 and 0.24-0.28 with 1024 (fewer switches between
-    // the ranks sharing a core); 8 ranks 0.61-0.99 -> 0.46-0.69.
-    const uint64_t lead = inline_ ? transport::shm::kBoardInlineSlots : transport::shm::kBoardSlots;
+    // This rank's slot (or inline line, or cell) for s last held s - lead,
+    // or an earlier operation: free once everyone published the one after
+    // it. A Broadcast's root runs up to lead - 1 operations ahead of its
+    // readers: 4 ranks on 2 cores, 8 B, from 0.75-1.0 us with 8 inline
+    // lines to 0.34-0.52 with 64 and 0.24-0.28 with 1024 (fewer switches
+    // between the ranks sharing a core); 8 ranks 0.61-0.99 -> 0.46-0.69.
+    const uint64_t lead = inline_ ? transport::shm::inlineTurns(place_) : transport::shm::kBoardSlots;
     if (s_ > lead && !allPublished(others_, s_ - lead + 1)) return false;
     publish();
     phase_ = Phase::kRead;

@@ -76,7 +76,7 @@ class LatencyPath {
   // whether that is a stamp (inline data being read) or a sequence.
   bool arrived() const;
   bool waitsForStamp() const { return inline_ && phase_ == Phase::kRead; }
-  const std::byte* dataOf(int q) const { return inline_ ? board_.inlineData(q, s_) : board_.data(q, s_); }
+  const std::byte* dataOf(int q) const { return inline_ ? board_.inlineData(place_, q, s_) : board_.data(q, s_); }
   void publish();  // this rank's contribution for the current operation
   void finish();   // the result, once what it reads is published
 
@@ -91,6 +91,7 @@ class LatencyPath {
   OpDesc op_{};
   uint64_t s_ = 0;      // its board sequence number
   bool inline_ = false;  // its data fits the slots' inline lines (every rank's)
+  transport::shm::InlinePlace place_ = transport::shm::InlinePlace::kLine;  // then: a line or a cell
   int waiting_ = -1;    // the rank it waits for, and for which sequence
   uint64_t want_ = 0;
   // Per rank: a sequence number it is known to have published (read from

@@ -255,15 +255,17 @@ TEST(CommFeatures, GroupedAndLoneCallsOfOneCollectiveMeet) {
 }
 
 // The board lets a Broadcast's root run ahead of its readers, as far as
-// its lines allow: 1023 operations whose data fits a cache line (1024
-// inline lines per rank), 7 larger ones (8 slots). The next one waits for the
-// reader; every value still arrives in order. (Each round starts with an
-// operation both ranks join: until the lines have all been used once, a
-// root may go one further.)
+// its cells, lines or slots allow: 4095 operations of at most 8 bytes (4096
+// cells per rank), 1023 whose data fits a cache line (1024 inline lines), 7
+// larger ones (8 slots). The next one waits for the reader; every value
+// still arrives in order. (Each round starts with an operation both ranks
+// join: until the places have all been used once, a root may go one
+// further.)
 TEST(CommFeatures, BroadcastRootRunsAheadOfItsReaderAsFarAsTheBoardHolds) {
   ScopedEnv env({"LOOM_LATENCY_PATH=1", "NCCL_SHM_DISABLE=0"});
   std::vector<ncclComm_t> comms = initAll(2);
-  for (const std::pair<size_t, int>& round : {std::pair<size_t, int>{2, 1023}, std::pair<size_t, int>{1024, 7}}) {
+  for (const std::pair<size_t, int>& round : {std::pair<size_t, int>{2, 4095}, std::pair<size_t, int>{3, 1023},
+                                                std::pair<size_t, int>{1024, 7}}) {
     // Plain locals, not a structured binding: the lambdas below capture them.
     const size_t count = round.first;
     const int ahead = round.second;

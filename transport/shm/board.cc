@@ -27,11 +27,12 @@
 namespace loom::transport::shm {
 namespace {
 
-constexpr uint32_t kBoardVersion = 5;  // 5: 1024 inline lines per member
+constexpr uint32_t kBoardVersion = 6;  // 6: cells
 constexpr unsigned kSeals = F_SEAL_SHRINK | F_SEAL_GROW;
 
 // Page 0: header; page 1: one line per member; then the inline lines
-// (kBoardInlineSlots per member, whole pages); then the slots.
+// (kBoardInlineSlots per member, whole pages); then the cells (kBoardCells
+// per member, whole pages); then the slots.
 struct BoardHeader {
   uint64_t magic;
   uint64_t nonce;
@@ -40,10 +41,11 @@ struct BoardHeader {
   uint32_t version;
 };
 
-size_t dataOffset(int members) {
-  const size_t inlineBytes = size_t(members) * kBoardInlineSlots * 64;
-  return 2 * kPageBytes + (inlineBytes + kPageBytes - 1) / kPageBytes * kPageBytes;
-}
+size_t wholePages(size_t bytes) { return (bytes + kPageBytes - 1) / kPageBytes * kPageBytes; }
+
+size_t cellOffset(int members) { return 2 * kPageBytes + wholePages(size_t(members) * kBoardInlineSlots * 64); }
+
+size_t dataOffset(int members) { return cellOffset(members) + wholePages(size_t(members) * kBoardCells * 16); }
 
 size_t layoutBytes(int members, size_t slotBytes) {
   return dataOffset(members) + size_t(members) * kBoardSlots * slotBytes;
@@ -97,6 +99,7 @@ Result<Board> Board::create(int members, size_t slotBytes) {
   std::atomic_thread_fence(std::memory_order_release);
   b.members_ = members;
   b.slotBytes_ = slotBytes;
+  b.cellOffset_ = cellOffset(members);
   b.dataOffset_ = dataOffset(members);
   b.nonce_ = nonce;
   b.leaderPid_ = int32_t(::getpid());
@@ -142,6 +145,7 @@ Result<Board> Board::open(const BoardDescriptor& d) {
     return remoteError(path + " does not hold the announced board (its header differs)");
   b.members_ = d.members;
   b.slotBytes_ = size_t(d.slotBytes);
+  b.cellOffset_ = cellOffset(d.members);
   b.dataOffset_ = dataOffset(d.members);
   b.nonce_ = d.nonce;
   b.leaderPid_ = d.pid;
@@ -167,6 +171,7 @@ Board& Board::operator=(Board&& other) noexcept {
   map_ = std::move(other.map_);
   members_ = other.members_;
   slotBytes_ = other.slotBytes_;
+  cellOffset_ = other.cellOffset_;
   dataOffset_ = other.dataOffset_;
   nonce_ = other.nonce_;
   leaderPid_ = other.leaderPid_;
@@ -204,12 +209,12 @@ void Board::publish(int member, uint64_t seq) const {
   if (l->waiters.load(std::memory_order_relaxed) != 0) futex(&l->seq, FUTEX_WAKE, INT_MAX, nullptr);
 }
 
-bool Board::waitInline(int m, uint64_t seq, int spins) const {
+bool Board::waitInline(InlinePlace p, int m, uint64_t seq, int spins) const {
   for (int i = 0; i < spins; ++i) {
-    if (inlineStamped(m, seq)) return true;
+    if (inlineStamped(p, m, seq)) return true;
     cpuRelax();
   }
-  return inlineStamped(m, seq);
+  return inlineStamped(p, m, seq);
 }
 
 bool Board::wait(int m, uint64_t want, int spins, int sleepMs) const {

@@ -3,16 +3,19 @@
 //
 // Each member has a sequence word on a cache line of its own,
 // kBoardSlots data slots used in turn (operation s uses slot s %
-// kBoardSlots), and kBoardInlineSlots cache lines used in turn for data
-// that fits in one line beside a stamp (inlineData). A member writes its
-// data for operation s into its slot (or its inline line, then stamps it
+// kBoardSlots), kBoardInlineSlots cache lines used in turn for data that
+// fits in one line beside a stamp, and kBoardCells 16-byte cells, four to a
+// line, for data of at most 8 bytes (inlineData). A member writes its data
+// for operation s into its slot (or its inline line or cell, then stamps it
 // with s), then publishes s; readers wait until a member's sequence (or the
 // stamp) reaches s and read the slot (or the line they just fetched). A
 // member publishes s only after it finished operation s-1, so once every
 // member has published s - kBoardSlots + 1, nobody reads the slot of
 // s - kBoardSlots any more and it can be reused for s (inline lines: s -
-// kBoardInlineSlots + 1): a member that only writes (a Broadcast's root)
-// can run that many operations, less one, ahead of its readers. No system
+// kBoardInlineSlots + 1; cells: s - kBoardCells + 1): a member that only
+// writes (a Broadcast's root) can run that many operations, less one, ahead
+// of its readers, and its readers then fetch one line per four tiny
+// operations. No system
 // call on the fast path: publishing is a store, waiting is a spin on a
 // cache line. A waiter that runs out of spins sleeps on a futex on the
 // sequence word's low half (FUTEX_WAIT on shared memory), and a publisher
@@ -61,6 +64,19 @@ inline constexpr int kBoardInlineSlots = 1024;  // per member
 // Data up to this size can travel on the slot's own cache line with its
 // stamp (see Board::inlineData): one line for a reader to fetch, not two.
 inline constexpr size_t kBoardInlineBytes = 56;
+inline constexpr int kBoardCells = 4096;  // per member, four to a line
+inline constexpr size_t kBoardCellBytes = 8;
+
+// Where an operation's inline data travels: a line of its own (up to
+// kBoardInlineBytes) or a cell (up to kBoardCellBytes).
+enum class InlinePlace : uint8_t { kLine, kCell };
+inline constexpr InlinePlace inlinePlaceFor(size_t bytes) {
+  return bytes <= kBoardCellBytes ? InlinePlace::kCell : InlinePlace::kLine;
+}
+// How many operations use a member's lines (or cells) in turn.
+inline constexpr uint64_t inlineTurns(InlinePlace p) {
+  return p == InlinePlace::kCell ? kBoardCells : kBoardInlineSlots;
+}
 
 class Board {
  public:
@@ -97,20 +113,23 @@ class Board {
     return static_cast<std::byte*>(map_.get()) + dataOffset_ +
            (size_t(member) * kBoardSlots + size_t(seq % kBoardSlots)) * slotBytes_;
   }
-  // Small data: kBoardInlineSlots cache lines per member, used in turn,
-  // each holding up to kBoardInlineBytes and a stamp. The writer fills inlineData(), then
-  // stamps it with stampInline() before it publish()es `seq`; a reader
-  // that sees inlineStamped() reads the data from the line it just
-  // fetched. publish() still follows: slot reuse and sleepers use it.
-  std::byte* inlineData(int member, uint64_t seq) const { return inlineLine(member, seq)->data; }
-  void stampInline(int member, uint64_t seq) const {
-    inlineLine(member, seq)->stamp.store(seq, std::memory_order_release);
+  // Small data: inline lines (or cells) per member, used in turn, each
+  // holding up to kBoardInlineBytes (kBoardCellBytes) and a stamp. The
+  // writer fills inlineData(), then stamps it with stampInline() before it
+  // publish()es `seq`; a reader that sees inlineStamped() reads the data
+  // from the line it just fetched. publish() still follows: slot reuse and
+  // sleepers use it. Lines and cells are apart: an operation may use either.
+  std::byte* inlineData(InlinePlace p, int member, uint64_t seq) const {
+    return reinterpret_cast<std::byte*>(stampOf(p, member, seq) + 1);
   }
-  bool inlineStamped(int member, uint64_t seq) const {
-    return inlineLine(member, seq)->stamp.load(std::memory_order_acquire) == seq;
+  void stampInline(InlinePlace p, int member, uint64_t seq) const {
+    stampOf(p, member, seq)->store(seq, std::memory_order_release);
+  }
+  bool inlineStamped(InlinePlace p, int member, uint64_t seq) const {
+    return stampOf(p, member, seq)->load(std::memory_order_acquire) == seq;
   }
   // Spins up to `spins` rounds until member `m` stamped `seq`.
-  bool waitInline(int m, uint64_t seq, int spins) const;
+  bool waitInline(InlinePlace p, int m, uint64_t seq, int spins) const;
   // Member `member` finished writing its data for operation `seq`.
   void publish(int member, uint64_t seq) const;
   // Every member agreed to fence asymmetrically (each registered with
@@ -130,22 +149,33 @@ class Board {
     std::atomic<int32_t> pid;       // the member's process (join)
     std::atomic<uint32_t> closed;   // 1: the member left
   };
-  struct alignas(64) InlineLine {
-    std::atomic<uint64_t> stamp;  // the operation whose data `data` holds
-    std::byte data[kBoardInlineBytes];
+  // An inline line or cell: the stamp (the operation whose data follows),
+  // then the data.
+  template <size_t kBytes>
+  struct Stamped {
+    std::atomic<uint64_t> stamp;
+    std::byte data[kBytes];
   };
-  static_assert(sizeof(InlineLine) == 64);
+  using InlineLine = Stamped<kBoardInlineBytes>;
+  using InlineCell = Stamped<kBoardCellBytes>;
+  static_assert(sizeof(InlineLine) == 64 && sizeof(InlineCell) == 16);
   static_assert(std::atomic<uint64_t>::is_always_lock_free);
   void leave();
   Line* line(int m) const { return reinterpret_cast<Line*>(static_cast<std::byte*>(map_.get()) + kPageBytes) + m; }
-  InlineLine* inlineLine(int m, uint64_t seq) const {
-    return reinterpret_cast<InlineLine*>(static_cast<std::byte*>(map_.get()) + 2 * kPageBytes) +
-           (size_t(m) * kBoardInlineSlots + size_t(seq % kBoardInlineSlots));
+  std::atomic<uint64_t>* stampOf(InlinePlace p, int m, uint64_t seq) const {
+    auto* base = static_cast<std::byte*>(map_.get());
+    if (p == InlinePlace::kCell) {
+      return &(reinterpret_cast<InlineCell*>(base + cellOffset_) +
+               (size_t(m) * kBoardCells + size_t(seq % kBoardCells)))->stamp;
+    }
+    return &(reinterpret_cast<InlineLine*>(base + 2 * kPageBytes) +
+             (size_t(m) * kBoardInlineSlots + size_t(seq % kBoardInlineSlots)))->stamp;
   }
 
   Mapping map_;
   int members_ = 0;
   size_t slotBytes_ = 0;
+  size_t cellOffset_ = 0;
   size_t dataOffset_ = 0;
   uint64_t nonce_ = 0;
   int32_t leaderPid_ = 0;

@@ -61,49 +61,60 @@ TEST(Board, MembersSeeEachOthersSlotsAndSequences) {
   EXPECT_EQ(leader->seen(2), 2u);
 }
 
-// Inline lines: data and stamp on one line per (member, slot), apart from
-// the slots and from every other member's lines; a stamp names one
-// operation, so the line's next use (kBoardInlineSlots later) is not
-// mistaken for it.
-TEST(Board, InlineLinesCarrySmallDataWithTheirStamp) {
+// Inline lines and cells: data and stamp together per (member, turn), apart
+// from the slots, from each other and from every other member's; four cells
+// of consecutive operations share a line. A stamp names one operation, so
+// the next use of a line or cell (inlineTurns() later) is not mistaken for
+// it.
+TEST(Board, InlineLinesAndCellsCarrySmallDataWithTheirStamp) {
   auto leader = Board::create(3, 4096);
   ASSERT_TRUE(leader.isOk()) << leader.status().message();
   auto other = Board::open(leader->describe());
   ASSERT_TRUE(other.isOk()) << other.status().message();
   leader->join(0);
   other->join(1);
-  EXPECT_FALSE(leader->inlineStamped(1, 1));  // fresh lines hold stamp 0
   const std::byte* slotsBegin = leader->data(0, 0);
   const std::byte* slotsEnd = leader->data(2, kBoardSlots - 1) + 4096;
-  // Every line outside the slots, and a whole line from every other
-  // inline line (sorted, so neighbours are enough).
-  std::vector<const std::byte*> lines;
-  for (int m = 0; m < 3; ++m) {
-    for (uint64_t s = 1; s <= kBoardInlineSlots; ++s) {
-      const std::byte* line = leader->inlineData(m, s);
-      EXPECT_TRUE(line + kBoardInlineBytes <= slotsBegin || line >= slotsEnd) << m << " " << s;
-      lines.push_back(line);
+  // Every stamp and its data, as [begin, end) ranges: none overlaps another
+  // or a slot.
+  std::vector<std::pair<const std::byte*, const std::byte*>> ranges;
+  for (InlinePlace p : {InlinePlace::kLine, InlinePlace::kCell}) {
+    const size_t bytes = p == InlinePlace::kLine ? kBoardInlineBytes : kBoardCellBytes;
+    SCOPED_TRACE(p == InlinePlace::kLine ? "lines" : "cells");
+    EXPECT_FALSE(leader->inlineStamped(p, 1, 1));  // fresh ones hold stamp 0
+    for (int m = 0; m < 3; ++m) {
+      for (uint64_t s = 1; s <= inlineTurns(p); ++s) {
+        const std::byte* data = leader->inlineData(p, m, s);
+        EXPECT_TRUE(data + bytes <= slotsBegin || data >= slotsEnd) << m << " " << s;
+        ranges.emplace_back(data - 8, data + bytes);
+      }
     }
+    std::memcpy(other->inlineData(p, 1, 3), "inline", 7);
+    EXPECT_FALSE(leader->inlineStamped(p, 1, 3));
+    other->stampInline(p, 1, 3);
+    EXPECT_TRUE(leader->inlineStamped(p, 1, 3));
+    EXPECT_TRUE(leader->waitInline(p, 1, 3, 0));
+    EXPECT_STREQ(reinterpret_cast<const char*>(leader->inlineData(p, 1, 3)), "inline");
+    EXPECT_FALSE(leader->inlineStamped(p, 1, 3 + inlineTurns(p)));  // the same place, a later operation
+    EXPECT_FALSE(leader->waitInline(p, 1, 4, 10));
+    other->stampInline(p, 1, 3 + inlineTurns(p));
+    EXPECT_TRUE(leader->inlineStamped(p, 1, 3 + inlineTurns(p)));
+    EXPECT_FALSE(leader->inlineStamped(p, 1, 3));
   }
-  std::sort(lines.begin(), lines.end());
-  for (size_t i = 1; i < lines.size(); ++i) EXPECT_GE(size_t(lines[i] - lines[i - 1]), size_t(64)) << i;
-  std::memcpy(other->inlineData(1, 3), "inline", 7);
-  EXPECT_FALSE(leader->inlineStamped(1, 3));
-  other->stampInline(1, 3);
-  EXPECT_TRUE(leader->inlineStamped(1, 3));
-  EXPECT_TRUE(leader->waitInline(1, 3, 0));
-  EXPECT_STREQ(reinterpret_cast<const char*>(leader->inlineData(1, 3)), "inline");
-  EXPECT_FALSE(leader->inlineStamped(1, 3 + kBoardInlineSlots));  // the same line, a later operation
-  EXPECT_FALSE(leader->waitInline(1, 4, 10));
-  other->stampInline(1, 3 + kBoardInlineSlots);
-  EXPECT_TRUE(leader->inlineStamped(1, 3 + kBoardInlineSlots));
-  EXPECT_FALSE(leader->inlineStamped(1, 3));
+  std::sort(ranges.begin(), ranges.end());
+  for (size_t i = 1; i < ranges.size(); ++i) EXPECT_LE(ranges[i - 1].second, ranges[i].first) << i;
+  const auto lineOf = [&](uint64_t s) { return uintptr_t(leader->inlineData(InlinePlace::kCell, 2, s)) / 64; };
+  EXPECT_EQ(lineOf(4), lineOf(7));
+  EXPECT_NE(lineOf(7), lineOf(8));
   EXPECT_EQ(leader->seen(1), 0u);  // stamping is not publishing
-  // The most members a board holds: their inline lines still end before
+  // The most members a board holds: their lines and cells still end before
   // the first slot.
   auto full = Board::create(kBoardMaxMembers, 4096);
   ASSERT_TRUE(full.isOk()) << full.status().message();
-  EXPECT_LE(full->inlineData(kBoardMaxMembers - 1, kBoardInlineSlots - 1) + kBoardInlineBytes, full->data(0, 0));
+  EXPECT_LE(full->inlineData(InlinePlace::kCell, kBoardMaxMembers - 1, kBoardCells - 1) + kBoardCellBytes,
+            full->data(0, 0));
+  EXPECT_LE(full->inlineData(InlinePlace::kLine, kBoardMaxMembers - 1, kBoardInlineSlots - 1) + kBoardInlineBytes,
+            full->data(0, 0));
 }
 
 TEST(Board, SleepingWaiterIsWokenByThePublisher) {
