@@ -53,7 +53,8 @@ struct CpuKernelConfig {
   // (bound by arithmetic, they measured slower with it).
   size_t streamingMinBytes = SIZE_MAX;
   // copyForPeer(): a copy that another core reads next (the shared-memory
-  // board's slots) streams from this many bytes (setting
+  // board's slots; the shm FIFO's pieces when transport/shm/handoff.h says
+  // so) streams from this many bytes (setting
   // LOOM_CPU_HANDOFF_STREAMING_BYTES, default 8 KiB). The reader then
   // fetches lines from memory instead of taking each one, modified, out
   // of the writer's cache, and the writer's next copy into the slot needs

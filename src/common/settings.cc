@@ -187,9 +187,10 @@ constexpr Spec kTable[] = {
      "non-temporal (cache-bypassing) stores; 0 = never. Pays off only for data larger than the "
      "caches. fp8 reductions never stream."},
     {"LOOM_CPU_HANDOFF_STREAMING_BYTES", T::kInt, "8192", "TUNING",
-     "Copies into shared memory that another rank reads next (the latency path's slots) of at "
-     "least this many bytes use non-temporal stores, so the reader fetches them from memory rather "
-     "than out of the writer's cache; 0 = never."},
+     "Copies into shared memory that another rank reads next (the latency path's slots, and the "
+     "shm FIFO's pieces while plain copies into it run slowly) of at least this many bytes use "
+     "non-temporal stores, so the reader fetches them from memory rather than out of the writer's "
+     "cache; 0 = never."},
     {"LOOM_ACCUMULATE", T::kString, "native", "COLL",
      "Sums of half, bfloat16 and fp8: native rounds to the element type after every addition "
      "(as NCCL does); fp32 adds all sources of one reduction step in float and rounds once."},

@@ -57,6 +57,7 @@
 #include "common/time.h"
 #include "transport/connection.h"
 #include "transport/ring.h"
+#include "transport/shm/handoff.h"
 #include "transport/shm/inbox.h"
 
 namespace loom::transport::shm {
@@ -136,6 +137,8 @@ class ShmConnection final : public Connection {
   Status checkState(const char* what) const;
   Status loadHead();
   void fillSlot(SendMsg& m, SlotDesc& d);
+  // Copies a piece into the peer's inbox, plainly or streamed (handoff_).
+  void copyToPeer(uint8_t* dst, const uint8_t* src, size_t bytes);
   Status moveSends();
   Status moveRecvs();
   Status checkSlot(const RecvMsg& m, const SlotDesc& d) const;
@@ -184,6 +187,7 @@ class ShmConnection final : public Connection {
   std::string goneReason_;
   uint64_t wakeupsSent_ = 0;
   uint64_t singleCopySends_ = 0;
+  HandoffPolicy handoff_;
   Status error_;  // sticky
 };
 
