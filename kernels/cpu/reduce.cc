@@ -66,6 +66,7 @@ constexpr size_t kFanOutChunkBytes = 16 << 10;
 // A few elements of a native type under an op with no pre or post step:
 // the sources folded left to right with kernels/ops.h's op, as the contract
 // says, without building a kernel call. The local input is the last source.
+// There are two sources at least (one is a plain copy), so npartials >= 1.
 template <typename T, typename Op>
 void foldFew(const Op& op, void* dst, const void* const* partials, int npartials, const void* local,
              size_t count) {
@@ -75,9 +76,9 @@ void foldFew(const Op& op, void* dst, const void* const* partials, int npartials
     return v;
   };
   for (size_t i = 0; i < count; ++i) {
-    T acc = npartials > 0 ? at(partials[0], i) : at(local, i);
+    T acc = at(partials[0], i);
     for (int p = 1; p < npartials; ++p) acc = op(acc, at(partials[p], i));
-    if (npartials > 0 && local != nullptr) acc = op(acc, at(local, i));
+    if (local != nullptr) acc = op(acc, at(local, i));
     std::memcpy(static_cast<Byte*>(dst) + i * sizeof(T), &acc, sizeof(T));
   }
 }

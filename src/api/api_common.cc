@@ -142,7 +142,7 @@ Result<core::Communicator*> registered(const ncclComm* comm, const char* arg) {
 }  // namespace
 
 Result<core::CommRef> lookup(const ncclComm* comm, const char* arg) {
-  if (!comm) return invalidArgument(std::string(arg) + " is NULL");
+  if (!comm) return nullArgument(arg);
   std::lock_guard<SpinMutex> lock(gMutex);
   LOOM_ASSIGN_OR_RETURN(core::Communicator* c, registered(comm, arg));
   if (c->forkedAway()) return forked(arg, *c);
@@ -193,7 +193,7 @@ CallScope::CallScope(const ncclComm* comm) : slot_(tSlot ? tSlot : claimSlot()),
 CallScope::~CallScope() { slot_->inCall.store(nullptr, std::memory_order_release); }
 
 Result<core::Communicator*> CallScope::usable() {
-  if (!comm_) return invalidArgument("comm is NULL");
+  if (!comm_) return nullArgument("comm");
   core::Communicator* c = nullptr;
   const uint64_t generation = gGeneration.load(std::memory_order_acquire);
   for (const CallSlot::Cached& e : slot_->cache) {

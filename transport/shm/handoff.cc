@@ -15,7 +15,7 @@ void HandoffPolicy::observe(size_t bytes, double ns) {
   if (!slow) {
     slowRun_ = 0;
     streaming_ = false;
-  } else if (++slowRun_ >= 2) {
+  } else if (slowRun_ < 2 && ++slowRun_ == 2) {
     streaming_ = true;
   }
 }

@@ -44,7 +44,7 @@ class HandoffPolicy {
 
  private:
   bool streaming_ = false;
-  int slowRun_ = 0;        // slow probes in a row
+  int slowRun_ = 0;        // slow probes in a row, up to 2
   uint64_t sinceProbe_ = 0;  // pieces streamed since the last probe
 };
 
