@@ -85,6 +85,11 @@ void copy(const CpuKernelConfig& config, void* dst, const void* src, size_t byte
 // overlap.
 void copyForPeer(void* dst, const void* src, size_t bytes);
 
+// A copy into memory that is not read again soon (a large operation's
+// output): streaming stores whatever the size, unless
+// LOOM_CPU_STREAMING_BYTES=0 turned them off. dst and src must not overlap.
+void copyPastCaches(void* dst, const void* src, size_t bytes);
+
 // Copies src to every one of dsts[0..ndsts-1], reading src once. A
 // destination equal to src is skipped; otherwise destinations must not
 // overlap src or each other. No alignment is required.

@@ -91,6 +91,10 @@ struct Transfer {
   // stores these bytes as they are, so a transport that can let it copy
   // them straight from `data` (shared memory, LOOM_SHM_SINGLE_COPY_MIN) may.
   bool singleCopy = false;
+  // Receive only, a hint: `data` is not read again soon (the operation
+  // writes more than the caches hold), so a transport that copies into it
+  // may do so with streaming stores.
+  bool stream = false;
   // Set by the transport.
   size_t progressed = 0;  // bytes moved so far
   bool done = false;

@@ -176,6 +176,15 @@ void copyForPeer(void* dst, const void* src, size_t bytes) {
   }
 }
 
+void copyPastCaches(void* dst, const void* src, size_t bytes) {
+  const CpuKernelConfig& config = defaultCpuKernelConfig();
+  if (config.streamingMinBytes != SIZE_MAX && bytes) {
+    tableFor(config.isa).streamCopy(static_cast<Byte*>(dst), static_cast<const Byte*>(src), bytes);
+  } else if (bytes) {
+    std::memcpy(dst, src, bytes);
+  }
+}
+
 void copyToMany(const CpuKernelConfig& config, void* const* dsts, int ndsts, const void* src, size_t bytes) {
   if (ndsts <= 0 || bytes == 0) return;
   if (ndsts == 1) return copy(config, dsts[0], src, bytes);

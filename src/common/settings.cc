@@ -184,8 +184,9 @@ constexpr Spec kTable[] = {
      "Results are bit-identical at every level; only speed differs."},
     {"LOOM_CPU_STREAMING_BYTES", T::kInt, "8388608", "TUNING",
      "Host reduce/copy calls whose destination is at least this many bytes write it with "
-     "non-temporal (cache-bypassing) stores; 0 = never. Pays off only for data larger than the "
-     "caches. fp8 reductions never stream."},
+     "non-temporal (cache-bypassing) stores, and so does a host operation that writes at least "
+     "this many bytes of the user's buffers, for every result it does not send on; 0 = never. "
+     "Pays off only for data larger than the caches. fp8 reductions never stream."},
     {"LOOM_CPU_HANDOFF_STREAMING_BYTES", T::kInt, "8192", "TUNING",
      "Copies into shared memory that another rank reads next (the latency path's slots, and the "
      "shm FIFO's pieces while plain copies into it run slowly) of at least this many bytes use "

@@ -53,7 +53,7 @@ void PlanRunner::ReduceSink::consume(size_t offset, const void* bytes, size_t n)
   const void* partials[1] = {bytes};
   const size_t count = n / std::max<size_t>(1, kernels::dataTypeSize(reduction->type));
   if (!device) {
-    kernels::reduce(*reduction, dst + offset, partials, 1, local ? local + offset : nullptr, count, post);
+    kernels::reduce(*config, *reduction, dst + offset, partials, 1, local ? local + offset : nullptr, count, post);
     return;
   }
   Status s = device->api->reduceAsync(*reduction, dst + offset, partials, 1, local ? local + offset : nullptr, count,
@@ -215,6 +215,13 @@ PlanRunner::PlanRunner(const Plan* plan, std::vector<std::byte*> buffers, kernel
 
 void PlanRunner::layoutStreams() {
   const SendRegions sends = device_ ? SendRegions{} : sendRegions();
+  outConfig_ = kernels::defaultCpuKernelConfig();
+  size_t written = 0;
+  for (const Stream& stream : plan_->streams)
+    for (const Step& s : stream.steps)
+      if (s.out.valid()) written += s.bytes;
+  streamOutput_ = !device_ && written >= outConfig_.streamingMinBytes;
+  if (streamOutput_) outConfig_.streamingMinBytes = 0;
   for (size_t i = 0; i < plan_->streams.size(); ++i) {
     StreamState& st = streams_[i];
     st.channel = plan_->streams[i].channel;
@@ -422,6 +429,7 @@ bool PlanRunner::startStep(const Step& step, StreamState& st, Status* error) {
   st.recv.data = target;
   st.recv.bytes = step.bytes;
   st.recv.memory = memoryOf(st, target);
+  st.recv.stream = streamOutput_ && st.recvSlot < 0 && step.sendPeer < 0;
   // On a device only a connection that moves device memory can hand over
   // its own memory (the kernels must reach it).
   if (step.reduce && (!device_ || c->moves(transport::MemoryType::kDevice))) {
@@ -432,6 +440,7 @@ bool PlanRunner::startStep(const Step& step, StreamState& st, Status* error) {
     st.sink.dst = step.out.valid() ? ptr(step.out) : target;
     st.sink.local = step.local.valid() ? ptr(step.local) : nullptr;
     st.sink.post = step.post;
+    st.sink.config = step.out.valid() ? &resultConfig(step) : &kernels::defaultCpuKernelConfig();
     st.sink.device = device_;
     st.sink.error = Status::ok();
     if (!step.out.valid() || !writeBlocked(st.sink.dst, step.bytes)) {
@@ -500,7 +509,8 @@ Status PlanRunner::computeFanIn(const Step& step, StreamState& st) {
   const void* sources[kMaxSlots];
   kernels::Reduction fold;
   const int nsources = foldSources(step, st, st.fanSlots, local, sources, &fold);
-  kernels::reduce(fold, dst, sources, nsources, nullptr, count, step.post);
+  kernels::reduce(hold < 0 ? resultConfig(step) : kernels::defaultCpuKernelConfig(), fold, dst, sources, nsources,
+                  nullptr, count, step.post);
   for (int s : st.fanSlots) freeSlot(st, s);
   if (preSlot >= 0) freeSlot(st, preSlot);
   st.fanSlots.clear();
@@ -610,7 +620,7 @@ Status PlanRunner::compute(const Step& step, StreamState& st) {
       // Staged because its region was still being sent (startStep).
       if (st.recvSlot >= 0 && step.out.valid()) {
         if (writeBlocked(ptr(step.out), step.bytes) || readPending(st, ptr(step.out), step.bytes)) return kBlocked;
-        kernels::copy(ptr(step.out), in, step.bytes);
+        kernels::copy(outConfig_, ptr(step.out), in, step.bytes);
       }
       result = in;
       hold = st.recvSlot;
@@ -626,8 +636,8 @@ Status PlanRunner::compute(const Step& step, StreamState& st) {
       // just written, whose lines sit dirty in this core's cache, where a
       // peer that copies straight from them reads them at about half the
       // speed (2-rank AllGather of 1 MiB, single copy: 76-91 -> 45-48 us).
-      if (transform) kernels::reduce(reduction_, dst, nullptr, 0, src, count, step.post);
-      else if (dst != src) kernels::copy(dst, src, step.bytes);
+      if (transform) kernels::reduce(resultConfig(step), reduction_, dst, nullptr, 0, src, count, step.post);
+      else if (dst != src) kernels::copy(outConfig_, dst, src, step.bytes);
       result = transform ? dst : src;
     } else if (transform && step.sendPeer >= 0) {
       hold = takeSlot(st);

@@ -156,6 +156,7 @@ class PlanRunner {
     std::byte* dst = nullptr;
     const std::byte* local = nullptr;  // may be null
     bool post = false;
+    const kernels::CpuKernelConfig* config = nullptr;  // host: how dst is written
     const DeviceContext* device = nullptr;
     Status error;  // a kernel launch that failed (device)
   };
@@ -246,6 +247,18 @@ class PlanRunner {
   std::vector<std::byte*> buffers_;
   kernels::Reduction reduction_;
   bool reducing_;
+  // Host: how results are written into the user's buffers. An operation
+  // that writes more of them than LOOM_CPU_STREAMING_BYTES streams every
+  // such write past the caches (layoutStreams), its direct receives too
+  // (Transfer::stream): the data would not stay cached anyway, and plain
+  // stores first read every line they fill.
+  kernels::CpuKernelConfig outConfig_;
+  bool streamOutput_ = false;
+  // outConfig_ for a step's result in a user buffer, unless the step sends
+  // it on: the send then finds it in this core's cache.
+  const kernels::CpuKernelConfig& resultConfig(const Step& s) const {
+    return s.sendPeer < 0 ? outConfig_ : kernels::defaultCpuKernelConfig();
+  }
   std::span<transport::Connection* const> conns_;
   RegistrationCache* registrations_ = nullptr;
   const DeviceContext* device_ = nullptr;

@@ -430,7 +430,9 @@ Status ShmConnection::moveRecvs() {
           }
         }
       } else if (d.pieceBytes > 0) {
-        std::memcpy(static_cast<uint8_t*>(m.t->data) + m.received, src, d.pieceBytes);
+        uint8_t* dst = static_cast<uint8_t*>(m.t->data) + m.received;
+        if (m.t->stream) kernels::copyPastCaches(dst, src, d.pieceBytes);
+        else std::memcpy(dst, src, d.pieceBytes);
       }
       m.received += d.pieceBytes;
       m.t->progressed = m.received;

@@ -488,6 +488,25 @@ TEST(PlanSimulator, LargeSlicesAndOddCounts) {
     }
 }
 
+// An operation that writes more of the user's buffers than
+// LOOM_CPU_STREAMING_BYTES writes its results with streaming stores (the
+// executor's outConfig_): the results are the same, in place or not, with a
+// pre-multiply, at odd counts.
+TEST(PlanSimulator, OperationsLargerThanTheCachesStreamTheirOutputs) {
+  const size_t count = (size_t(1) << 20) + 3;  // 8 MiB of int64 and a ragged tail
+  ASSERT_LE(kernels::defaultCpuKernelConfig().streamingMinBytes, count * sizeof(int64_t))
+      << "LOOM_CPU_STREAMING_BYTES is set above this test's size";
+  for (int n : {2, 3}) {
+    for (bool inPlace : {false, true}) {
+      runCase(Case{OpKind::kAllReduce, n, count, RedOp::kSum, inPlace}, 512 * 1024);
+      runCase(Case{OpKind::kAllReduce, n, count, RedOp::kPreMulSum, inPlace}, 512 * 1024);
+      runCase(Case{OpKind::kBroadcast, n, count, RedOp::kSum, inPlace}, 512 * 1024);
+      runCase(Case{OpKind::kAllGather, n, count / size_t(n), RedOp::kSum, inPlace}, 512 * 1024);
+      if (HasFatalFailure()) return;
+    }
+  }
+}
+
 // Channels: an elementwise collective is split into contiguous parts, each
 // run on its own channel's connections; the others keep one channel.
 TEST(PlanSimulator, ChannelsSplitElementwiseCollectives) {

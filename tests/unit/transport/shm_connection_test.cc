@@ -564,6 +564,29 @@ TEST(Shm, SendsWithoutTheHintAreCopiedThroughTheFifo) {
   EXPECT_TRUE(transport::testing::checkPattern(viaSink.data(), bytes, 5, 0));
 }
 
+// A receive with the stream hint (a large operation's output) is copied out
+// of the FIFO with streaming stores: every byte arrives, also at a
+// destination that is not line aligned and a length that is not a whole
+// number of lines, and nothing beside it is written.
+TEST(Shm, StreamedReceivesArriveWhole) {
+  Pair p = pairOrDie(smallFifo(0), smallFifo(0));
+  ASSERT_TRUE(p.a && p.b);
+  for (size_t misalign : {size_t(0), size_t(1), size_t(24)}) {
+    const size_t bytes = 3 * (kSmallFifo / kSlots) + 1000;  // several slots and a ragged tail
+    std::vector<uint8_t> out(bytes), in(bytes + 128, 0xee);
+    transport::testing::fillPattern(out.data(), bytes, 9, 0);
+    uint8_t* dst = in.data() + 64 + misalign;
+    Transfer s{out.data(), bytes}, r{dst, bytes};
+    r.stream = true;
+    ASSERT_TRUE(p.a->postSend(&s).isOk());
+    ASSERT_TRUE(p.b->postRecv(&r).isOk());
+    ASSERT_NO_FATAL_FAILURE(progressUntilDone(p, s, r));
+    EXPECT_TRUE(transport::testing::checkPattern(dst, bytes, 9, 0)) << "misaligned by " << misalign;
+    for (uint8_t* q = in.data(); q < dst; ++q) ASSERT_EQ(*q, 0xee) << "written before the destination";
+    for (uint8_t* q = dst + bytes; q < in.data() + in.size(); ++q) ASSERT_EQ(*q, 0xee) << "written after it";
+  }
+}
+
 TEST(Shm, UnreadableSendBufferIsAnError) {
   Pair p = pairOrDie(smallFifo(65536), smallFifo(65536));
   ASSERT_TRUE(p.a && p.b);
