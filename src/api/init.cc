@@ -332,7 +332,7 @@ NCCL_API(ncclResult_t, ncclCommGetAsyncError, ncclComm_t comm, ncclResult_t* asy
   return guard("ncclCommGetAsyncError", [&]() -> Status {
     LOOM_ASSIGN_OR_RETURN(CommRef c, lookup(comm));
     LOOM_TRY(checkPtr(asyncError, "asyncError"));
-    if (c->ready()) c->pollNotices();
+    if (c->ready()) c->pollNoticesThrottled();
     Status s = c->asyncError();
     if (s.isOk() || s.code() == Code::kInProgress) {
       *asyncError = toNccl(s.code());

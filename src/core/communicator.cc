@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <optional>
 #include <cstring>
 
@@ -681,6 +682,16 @@ Status Communicator::preferPeerReport(const Status& seen) {
   Status known = reportWithin(kPeerReportGraceMs);
   if (known.isOk() || known.message() == seen.message()) return seen;  // nothing, or seen came from it
   return Status(known.code(), known.message() + " (seen here as: " + seen.message() + ")");
+}
+
+void Communicator::pollNoticesThrottled() {
+  const int64_t now = std::chrono::duration_cast<std::chrono::microseconds>(
+                          std::chrono::steady_clock::now().time_since_epoch()).count();
+  int64_t last = lastNoticePollUs_.load(std::memory_order_relaxed);
+  if (now - last < kNoticePollIntervalUs) return;
+  // One caller per interval; the others return at once.
+  if (!lastNoticePollUs_.compare_exchange_strong(last, now, std::memory_order_relaxed)) return;
+  pollNotices();
 }
 
 void Communicator::pollNotices() {

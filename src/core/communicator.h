@@ -198,6 +198,12 @@ class Communicator {
   void fail(const Status& status, bool tellPeers);
   // Non-blocking check of the listener for abort notices from peers.
   void pollNotices();
+  // The same at most once per kNoticePollIntervalUs (ncclCommGetAsyncError,
+  // which users and nccl-tests' loops call after every wait: a check is an
+  // accept4 syscall, some 3 us on a VM). A notice is still seen within the
+  // interval, and blocking waits poll the listener itself.
+  void pollNoticesThrottled();
+  static constexpr int64_t kNoticePollIntervalUs = 1000;
   // A peer that failed first sends every rank a notice naming the cause
   // (typically the rank that died) and then closes its connections. The
   // closed connection can be seen here before the notice has been read,
@@ -376,6 +382,7 @@ class Communicator {
   std::map<std::vector<int>, uint64_t> shrinksReserved_;  // under splitMutex_
   std::set<uint64_t> abandonedSplits_;  // gave up waiting for their turn
   std::mutex listenMutex_;  // guards the bootstrap listener state
+  std::atomic<int64_t> lastNoticePollUs_{-kNoticePollIntervalUs};  // pollNoticesThrottled()
   std::map<int, std::unique_ptr<PeerLink>> links_;  // connections being set up
   FutexMutex opMutex_;
   Scratch scratch_;

@@ -428,6 +428,37 @@ TEST(Reliability, SplitEndsOnAPeersFailureNotice) {
   for (ncclComm_t c : comms) EXPECT_EQ(ncclCommAbort(c), ncclSuccess);
 }
 
+// Ranks 0 and 1 run an AllReduce that rank 2 never joins; they time out
+// (LOOM_TIMEOUT_S=2) and tell rank 2, which runs nothing and only polls
+// ncclCommGetAsyncError, as a framework's watchdog does, many times a
+// millisecond: it sees the notice (the polls check the listener at most
+// once a millisecond) and reports it as an error.
+TEST(Reliability, AnIdleRankSeesAPeersFailureNoticeThroughGetAsyncError) {
+  ScopedEnv env({"LOOM_TIMEOUT_S=2"});
+  const int n = 3;
+  auto comms = initAll(n);
+  std::vector<ncclResult_t> rc(n, ncclSuccess);
+  ncclResult_t seen = ncclSuccess;
+  double took = 0;
+  onRanks(n, [&](int r) {
+    if (r < 2) {
+      std::vector<float> x(1024, 1.0f), y(1024);
+      rc[size_t(r)] = ncclAllReduce(x.data(), y.data(), x.size(), ncclFloat32, ncclSum, comms[size_t(r)], nullptr);
+      return;
+    }
+    const auto t0 = Clock::now();
+    while (seen == ncclSuccess && secondsSince(t0) < kEndsWithinS) {
+      ASSERT_EQ(ncclCommGetAsyncError(comms[2], &seen), ncclSuccess);
+    }
+    took = secondsSince(t0);
+  });
+  EXPECT_NE(rc[0], ncclSuccess);
+  EXPECT_NE(rc[1], ncclSuccess);
+  EXPECT_EQ(seen, ncclRemoteError) << ncclGetLastError(comms[2]);
+  EXPECT_LT(took, kEndsWithinS);
+  for (ncclComm_t c : comms) EXPECT_EQ(ncclCommAbort(c), ncclSuccess);
+}
+
 // One init of a group is refused by the rendezvous (it claims another
 // nranks); its sibling, waiting for that rank, is aborted at once instead
 // of waiting for the init timeout.
