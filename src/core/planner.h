@@ -31,6 +31,13 @@ struct PlanParams {
   // algorithms use heaps over the ring order (core/algorithms/tree_common.h).
   std::span<const std::vector<int>> trees{};
   Algorithm algorithm = Algorithm::kRing;  // chosen by core/tuning.h
+  // Whether AllGather may send a rank's own blocks single-copy (the
+  // receiver reads them from the sender's buffer, where the transport can).
+  // Communicators set it where their ranks share CPUs: one copy then saves
+  // CPU time that someone else's rank would use; where each rank has a CPU
+  // of its own, the sender's copy into the FIFO runs beside the receiver's
+  // copy out of it, which is faster than the receiver's single one.
+  bool singleCopy = true;
 };
 
 // A collective (AllReduce, AllGather, ReduceScatter, Broadcast, Reduce).

@@ -5,6 +5,7 @@
 // (the same case builder as the thread matrix) and reports a RESULT line.
 #include <gtest/gtest.h>
 #include <nccl.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -145,12 +146,46 @@ TEST_F(ProcessTest, RingsFromTheTopologyCrossEachHostOnce) {
   EXPECT_NE(out.find("topology loaded from"), std::string::npos) << out;
 }
 
+// The CPUs this process may run on.
+std::vector<int> allowedCpus() {
+  cpu_set_t set;
+  std::vector<int> cpus;
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &set)) cpus.push_back(c);
+  return cpus;
+}
+
+// Runs `spawnAll` with this process (and so the children it forks) bound
+// to `cpu`, then restores its CPUs.
+template <typename F>
+void spawnBoundTo(int cpu, F spawnAll) {
+  cpu_set_t old, one;
+  ASSERT_EQ(sched_getaffinity(0, sizeof old, &old), 0);
+  CPU_ZERO(&one);
+  CPU_SET(cpu, &one);
+  ASSERT_EQ(sched_setaffinity(0, sizeof one, &one), 0);
+  spawnAll();
+  ASSERT_EQ(sched_setaffinity(0, sizeof old, &old), 0);
+}
+
 // AllGather's own blocks go single-copy over shared memory (the peer reads
-// them with process_vm_readv; NCCL_DEBUG=INFO says so once per connection),
-// unless LOOM_SHM_SINGLE_COPY_MIN=0. The suite above checks the data.
-TEST_F(ProcessTest, AllGatherGoesSingleCopyOverSharedMemory) {
-  for (const char* min : {"65536", "0"}) {
-    SCOPED_TRACE(std::string("LOOM_SHM_SINGLE_COPY_MIN=") + min);
+// them with process_vm_readv; NCCL_DEBUG=INFO says so once per connection)
+// where the ranks share CPUs, unless LOOM_SHM_SINGLE_COPY_MIN=0; ranks with
+// a CPU each copy through the FIFO. The suite above checks the data.
+TEST_F(ProcessTest, AllGatherGoesSingleCopyOverSharedMemoryWhereRanksShareCpus) {
+  const std::vector<int> cpus = allowedCpus();
+  ASSERT_FALSE(cpus.empty());
+  struct Case {
+    const char* min;
+    bool shareCpu;
+  };
+  std::vector<Case> cases{{"65536", true}, {"0", true}};
+  if (cpus.size() >= 2) cases.push_back({"65536", false});
+  else std::printf("note: one CPU here; ranks with a CPU each were not tried\n");
+  for (const Case& c : cases) {
+    const char* min = c.min;
+    SCOPED_TRACE(std::string("LOOM_SHM_SINGLE_COPY_MIN=") + min + (c.shareCpu ? ", one CPU" : ", a CPU each"));
     kids_.clear();
     const int port = freeLoopbackPort();
     ASSERT_GT(port, 0);
@@ -159,12 +194,17 @@ TEST_F(ProcessTest, AllGatherGoesSingleCopyOverSharedMemory) {
                                           "NCCL_DEBUG=INFO", "NCCL_DEBUG_SUBSYS=SHM",
                                           std::string("LOOM_SHM_SINGLE_COPY_MIN=") + min};
     // Two of each collective, AllGather with blocks of 256 KiB.
-    for (int r = 0; r < 2; ++r) spawn({"loop", "rank=" + std::to_string(r), "nranks=2", "steps=10", "count=65536"}, env);
+    for (int r = 0; r < 2; ++r) {
+      spawnBoundTo(cpus[c.shareCpu ? 0 : size_t(r)], [&] {
+        spawn({"loop", "rank=" + std::to_string(r), "nranks=2", "steps=10", "count=65536"}, env);
+      });
+    }
+    ASSERT_FALSE(HasFatalFailure());
     expectAllSucceed(60);
     for (const auto& k : kids_) {
       const std::string out = k->output();
       const bool single = out.find("straight from its memory (single copy") != std::string::npos;
-      if (std::string(min) == "0") {
+      if (std::string(min) == "0" || !c.shareCpu) {
         EXPECT_FALSE(single) << out;
       } else if (out.find("single-copy receive on") == std::string::npos) {
         std::printf("note: process_vm_readv is not permitted here; single copy was not exercised\n");

@@ -174,7 +174,8 @@ void runCase(const Case& c, size_t sliceBytes, int channels = 1,
 }
 
 // AllGather hints its own block's sends single-copy (one per slice in the
-// ring, one per peer direct); nothing else does.
+// ring, one per peer direct) unless the communicator said not to (its ranks
+// have a CPU each); nothing else does.
 TEST(PlanSimulator, AllGatherSendsItsInputSingleCopy) {
   auto hinted = [](const Plan& plan) {
     int n = 0;
@@ -192,6 +193,10 @@ TEST(PlanSimulator, AllGatherSendsItsInputSingleCopy) {
     auto plan = planCollective(op, p);
     ASSERT_TRUE(plan.isOk()) << plan.status().message();
     EXPECT_EQ(hinted(*plan), a == Algorithm::kRing ? 4 : 3) << dumpPlan(*plan);
+    p.singleCopy = false;
+    plan = planCollective(op, p);
+    ASSERT_TRUE(plan.isOk()) << plan.status().message();
+    EXPECT_EQ(hinted(*plan), 0) << dumpPlan(*plan);
   }
   PlanParams p{0, 1, 1024};
   EXPECT_EQ(hinted(*planCollective(op, p)), 0) << "a lone rank sends nothing";
