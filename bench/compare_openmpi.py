@@ -195,11 +195,11 @@ def main():
                 loom, mpi = {}, {}
                 for b, e, iters, warm in ranges:
                     loom.update(parse(run([loomrun, "-n", str(n)] + loom_bind + [perf, "-b", b, "-e", e, "-f", "2", "-n", iters,
-                                           "-w", warm, "-c", "1" if r == 0 else "0"]), ROW))
+                                           "-w", warm, "-c", "1" if r == 0 else "0", "--time_decimals", "4"]), ROW))
                     mpi.update(parse(run(["mpirun", "--oversubscribe", "--allow-run-as-root", "-np", str(n)] + mpi_bind + [
                                           "--mca", "btl", "self,vader", "--mca", "pml", "ob1",
                                           mpi_exe, "-o", mpi_name, "-b", b, "-e", e, "-f", "2", "-n", iters,
-                                          "-w", warm], env=mpi_env), MPI_ROW))
+                                          "-w", warm, "-d", "4"], env=mpi_env), MPI_ROW))
                 loom_runs.append(loom)
                 mpi_runs.append(mpi)
             results.append((n, [("loom " + coll, loom_runs), ("Open MPI " + coll, mpi_runs)]))
@@ -219,7 +219,7 @@ def main():
                     vals = [la[size][key] / mb[size][key] for la, mb in zip(loom_runs, mpi_runs) if mb[size][key] > 0
                             and la[size][key] > 0]
                     return statistics.median(vals) if vals else float("nan")
-                print("%12d  %9.2f %9.2f %7.2f %7.2f  %9.2f %9.2f %7.2f %7.2f" % (
+                print("%12d  %9.3f %9.3f %7.2f %7.2f  %9.3f %9.3f %7.2f %7.2f" % (
                     size, med(loom_runs, "oop_us"), med(mpi_runs, "oop_us"), ratio("oop_bus"),
                     ratio("oop_us"), med(loom_runs, "ip_us"), med(mpi_runs, "ip_us"),
                     ratio("ip_bus"), ratio("ip_us")))

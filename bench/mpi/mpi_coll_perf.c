@@ -74,7 +74,7 @@ int main(int argc, char** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &n);
   size_t minBytes = 1 << 20, maxBytes = 256u << 20;
-  int factor = 2, iters = 20, warmup = 2;
+  int factor = 2, iters = 20, warmup = 2, decimals = 2;
   enum Coll coll = kAllreduce;
   const char* collName = "allreduce";
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -83,6 +83,7 @@ int main(int argc, char** argv) {
     else if (!strcmp(argv[i], "-f")) factor = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "-n")) iters = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "-w")) warmup = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "-d")) decimals = atoi(argv[i + 1]); /* time columns, as loom's --time_decimals */
     else if (!strcmp(argv[i], "-o")) {
       collName = argv[i + 1];
       if (!strcmp(collName, "allreduce")) coll = kAllreduce;
@@ -171,8 +172,8 @@ int main(int argc, char** argv) {
     if (rank == 0) {
       const size_t shown = count * sizeof(float);
       double a0 = shown / (us[0] * 1e3), a1 = shown / (us[1] * 1e3);
-      printf("%12zu %12zu %9.2f %7.2f %7.2f %9.2f %7.2f %7.2f\n", shown, count, us[0], a0, a0 * busFactor,
-             us[1], a1, a1 * busFactor);
+      printf("%12zu %12zu %9.*f %7.2f %7.2f %9.*f %7.2f %7.2f\n", shown, count, decimals, us[0], a0,
+             a0 * busFactor, decimals, us[1], a1, a1 * busFactor);
       fflush(stdout);
     }
   }

@@ -41,7 +41,12 @@ TEST(PerfFormat, FitNumberFollowsNcclTestsWidths) {
   EXPECT_EQ(fitNumber(0.0, 6), "  0.00");
   EXPECT_EQ(fitNumber(0.004, 6), "  0.00");
   EXPECT_EQ(fitNumber(1.0 / 0.0, 6), "   inf");
+  // More decimals where asked (--time_decimals), fewer where they do not fit.
+  EXPECT_EQ(fitNumber(0.08125, 7, 4), " 0.0813");
+  EXPECT_EQ(fitNumber(123.456789, 7, 4), "123.457");
+  EXPECT_EQ(fitNumber(123456.7, 7, 4), " 123457");
 }
+
 
 TEST(PerfFormat, ParseSizeUsesBinarySuffixes) {
   EXPECT_EQ(parseSize("8"), 8u);
@@ -175,6 +180,17 @@ TEST(PerfOptions, RejectsBadValuesWithAMessage) {
   EXPECT_FALSE(parse({"-n"}).isOk());
   EXPECT_FALSE(parse({"--nosuchflag", "1"}).isOk());
   EXPECT_FALSE(parse({"-D", "1"}).isOk());
+}
+
+// loom's own --time_decimals (no short form) sets the time columns'
+// decimals; the default stays nccl-tests' 2.
+TEST(PerfOptions, TimeDecimals) {
+  EXPECT_EQ(parse({})->timeDecimals, 2);
+  EXPECT_EQ(parse({"--time_decimals", "4"})->timeDecimals, 4);
+  EXPECT_EQ(parse({"--time_decimals=0"})->timeDecimals, 0);
+  EXPECT_FALSE(parse({"--time_decimals", "5"}).isOk());
+  EXPECT_FALSE(parse({"--time_decimals", "-1"}).isOk());
+  EXPECT_NE(rowBody(0.08125, 0.1, 0.1, false, 0, 4).find(" 0.0813"), std::string::npos);
 }
 
 TEST(PerfOptions, GpuOnlyFlagsAreAcceptedWithNotes) {

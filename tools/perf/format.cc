@@ -27,8 +27,8 @@ std::string printfString(const char* format, ...) {
 
 }  // namespace
 
-std::string fitNumber(double value, int width) {
-  for (int decimals = 2; decimals >= 0; --decimals) {
+std::string fitNumber(double value, int width, int decimals) {
+  for (; decimals >= 0; --decimals) {
     std::string text = printfString("%*.*f", width, decimals, value);
     if (int(text.size()) <= width) return text;
   }
@@ -115,8 +115,8 @@ std::string rowPrefix(uint64_t bytes, uint64_t count, std::string_view typeName,
                       int(typeName.size()), typeName.data(), int(opName.size()), opName.data(), root);
 }
 
-std::string rowBody(double timeUs, double algBw, double busBw, bool checked, int64_t wrong) {
-  std::string time = fitNumber(timeUs, 7);
+std::string rowBody(double timeUs, double algBw, double busBw, bool checked, int64_t wrong, int timeDecimals) {
+  std::string time = fitNumber(timeUs, 7, timeDecimals);
   std::string alg = fitNumber(algBw, 6);
   std::string bus = fitNumber(busBw, 6);
   if (!checked) return printfString("  %7s  %6s  %6s    N/A", time.c_str(), alg.c_str(), bus.c_str());

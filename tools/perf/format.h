@@ -18,8 +18,9 @@ namespace loom::perf {
 inline constexpr const char* kNcclTestsVersion = "2.19.6";
 
 // Fits `value` into exactly `width` characters the way nccl-tests does:
-// "%.2f", else "%.1f", else "%.0f", else an exponent form cut to the width.
-std::string fitNumber(double value, int width);
+// "%.2f", else "%.1f", else "%.0f", else an exponent form cut to the width
+// (starting from `decimals` instead of 2 where asked).
+std::string fitNumber(double value, int width, int decimals = 2);
 
 // Parses a size with an optional binary suffix: "8", "0.5G", "64K", "1M",
 // "2GB", "4KiB". Returns nothing for malformed input or negative values.
@@ -61,7 +62,7 @@ std::string tableHeader(bool reportCputime, bool reportTimestamps);
 std::string rowPrefix(uint64_t bytes, uint64_t count, std::string_view typeName,
                       std::string_view opName, int root);
 // One placement's columns: time, algbw, busbw, #wrong ("N/A" when unchecked).
-std::string rowBody(double timeUs, double algBw, double busBw, bool checked, int64_t wrong);
+std::string rowBody(double timeUs, double algBw, double busBw, bool checked, int64_t wrong, int timeDecimals = 2);
 // The timestamp column that -S adds after the in-place columns.
 std::string rowTimestamp();
 

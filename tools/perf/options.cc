@@ -170,6 +170,7 @@ std::vector<Flag> flagTable() {
       {'u', "unalign", intFlag(&Options::unalign, "-u", 0, kMaxInt)},
       {'I', "per_iter_timing", note("-I", "per-iteration timing is not reported by loom's perf tools")},
       {'K', "per_iter_skip", note("-K", "only used with -I, which loom's perf tools do not report")},
+      {'\0', "time_decimals", intFlag(&Options::timeDecimals, "--time_decimals", 0, 4)},
   };
 }
 
@@ -263,6 +264,8 @@ std::string usageText(const char* programName) {
 	[-u,--unalign <index of first element> Misalign source and destination buffers (default: 0)] 
 	[-I,--per_iter_timing <0/1>]  (accepted and ignored)
 	[-K,--per_iter_skip <count>]  (accepted and ignored)
+	[--time_decimals <0-4>]  (loom's own: decimals of the time columns, default 2 as in
+	                          nccl-tests; fewer where a number would not fit its column)
 	[-h,--help]
 
 Ranks: processes x -t x -g. Process rank and count come from LOOM_RANK/LOOM_WORLD_SIZE,

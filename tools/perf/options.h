@@ -40,6 +40,9 @@ struct Options {
   int ctaPolicy = -1;  // -1: leave config.CTAPolicy undefined
   int memoryReport = 0;
   int unalign = 0;
+  // loom's own (--time_decimals, no short form): decimals of the time
+  // columns, 2 as in nccl-tests; fewer where the number would not fit.
+  int timeDecimals = 2;
   bool help = false;
 
   // Flags loom accepts but does not act on; each entry is a note printed as

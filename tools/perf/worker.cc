@@ -384,7 +384,7 @@ Status Worker::benchTime(bool inPlace) {
   }
 
   double timeUs = (opts_.reportCputime ? cpuSeconds : seconds) * 1.0e6;
-  print(rowBody(timeUs, algBw, busBw, checked, wrong));
+  print(rowBody(timeUs, algBw, busBw, checked, wrong, opts_.timeDecimals));
   if (thread_ == 0) {
     ctx_.busBwSum += busBw;
     ++ctx_.busBwCount;
