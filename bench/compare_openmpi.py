@@ -13,6 +13,10 @@ against MPI_Allreduce), broadcast (MPI_Bcast), allgather (MPI_Allgather),
 reducescatter (MPI_Reduce_scatter_block); sizes mean what they mean in
 nccl-tests (AllGather: the output, ReduceScatter: the input).
 
+Both programs print times with 4 decimals (loom's --time_decimals, the
+Open MPI program's -d), so calls of a tenth of a microsecond are not
+compared as rounded numbers.
+
 Both programs move their buffers between calls the way nccl-tests does
 (call i uses offset (i % (max/size)) * size of a max-sized buffer), so a
 small size is timed on data the previous call did not leave in the caches.
