@@ -170,7 +170,7 @@ constexpr Spec kTable[] = {
     {"LOOM_SHM_SINGLE_COPY_MIN", T::kInt, "65536", "SHM",
      "Smallest message (bytes) the shared-memory transport sends single-copy (the receiver reads "
      "the sender's buffer with process_vm_readv) where the plan allows it: a rank's own block in "
-     "AllGather, when the ranks of its host share CPUs, which its peers store as it is while they "
+     "AllGather, when this rank's CPUs also run other ranks, which its peers store as it is while they "
      "exchange theirs (the limit applies to "
      "each message: LOOM_CHUNK_BYTES slices), unless the operation streams its output "
      "(LOOM_CPU_STREAMING_BYTES): that copies through the FIFO. 0 = never: everything is copied "

@@ -200,8 +200,8 @@ class Communicator {
   void pollNotices();
   // The same at most once per kNoticePollIntervalUs (ncclCommGetAsyncError,
   // which users and nccl-tests' loops call after every wait: a check is an
-  // accept4 syscall, some 3 us on a VM). A notice is still seen within the
-  // interval, and blocking waits poll the listener itself.
+  // accept4 syscall, some 3 us on a VM). A notice is seen by the first call
+  // after the interval; blocking waits poll the listener themselves.
   void pollNoticesThrottled();
   static constexpr int64_t kNoticePollIntervalUs = 1000;
   // A peer that failed first sends every rank a notice naming the cause

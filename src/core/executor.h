@@ -248,7 +248,7 @@ class PlanRunner {
   kernels::Reduction reduction_;
   bool reducing_;
   // Host: how results are written into the user's buffers. An operation
-  // that writes more of them than LOOM_CPU_STREAMING_BYTES streams every
+  // that writes at least LOOM_CPU_STREAMING_BYTES of them streams every
   // such write past the caches (layoutStreams), its direct receives too
   // (Transfer::stream): the data would not stay cached anyway, and plain
   // stores first read every line they fill.

@@ -499,8 +499,8 @@ TEST(PlanSimulator, LargeSlicesAndOddCounts) {
 // pre-multiply, at odd counts.
 TEST(PlanSimulator, OperationsLargerThanTheCachesStreamTheirOutputs) {
   const size_t count = (size_t(1) << 20) + 3;  // 8 MiB of int64 and a ragged tail
-  ASSERT_LE(kernels::defaultCpuKernelConfig().streamingMinBytes, count * sizeof(int64_t))
-      << "LOOM_CPU_STREAMING_BYTES is set above this test's size";
+  if (kernels::defaultCpuKernelConfig().streamingMinBytes > count * sizeof(int64_t))
+    GTEST_SKIP() << "LOOM_CPU_STREAMING_BYTES is 0 or above this test's 8 MiB: nothing would stream";
   for (int n : {2, 3}) {
     for (bool inPlace : {false, true}) {
       runCase(Case{OpKind::kAllReduce, n, count, RedOp::kSum, inPlace}, 512 * 1024);

@@ -573,9 +573,11 @@ TEST(Shm, StreamedReceivesArriveWhole) {
   ASSERT_TRUE(p.a && p.b);
   for (size_t misalign : {size_t(0), size_t(1), size_t(24)}) {
     const size_t bytes = 3 * (kSmallFifo / kSlots) + 1000;  // several slots and a ragged tail
-    std::vector<uint8_t> out(bytes), in(bytes + 128, 0xee);
+    std::vector<uint8_t> out(bytes), in(bytes + 192, 0xee);
     transport::testing::fillPattern(out.data(), bytes, 9, 0);
-    uint8_t* dst = in.data() + 64 + misalign;
+    // A cache-line boundary plus `misalign`, with untouched bytes around.
+    uint8_t* line = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(in.data()) + 64 + 63) & ~uintptr_t(63));
+    uint8_t* dst = line + misalign;
     Transfer s{out.data(), bytes}, r{dst, bytes};
     r.stream = true;
     ASSERT_TRUE(p.a->postSend(&s).isOk());
