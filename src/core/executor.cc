@@ -210,11 +210,7 @@ PlanRunner::PlanRunner(const Plan* plan, std::vector<std::byte*> buffers, kernel
                        bool reducing, std::span<Connection* const> conns, const DeviceContext* device)
     : plan_(plan), buffers_(std::move(buffers)), reduction_(reduction), reducing_(reducing),
       conns_(conns), device_(device), streams_(plan->streams.size()) {
-  layoutStreams();
-}
-
-void PlanRunner::layoutStreams() {
-  const SendRegions sends = device_ ? SendRegions{} : sendRegions();
+  // From the plan alone: a rebind keeps it.
   outConfig_ = kernels::defaultCpuKernelConfig();
   size_t written = 0;
   for (const Stream& stream : plan_->streams)
@@ -222,6 +218,11 @@ void PlanRunner::layoutStreams() {
       if (s.out.valid()) written += s.bytes;
   streamOutput_ = !device_ && written >= outConfig_.streamingMinBytes;
   if (streamOutput_) outConfig_.streamingMinBytes = 0;
+  layoutStreams();
+}
+
+void PlanRunner::layoutStreams() {
+  const SendRegions sends = device_ ? SendRegions{} : sendRegions();
   for (size_t i = 0; i < plan_->streams.size(); ++i) {
     StreamState& st = streams_[i];
     st.channel = plan_->streams[i].channel;

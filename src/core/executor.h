@@ -249,7 +249,7 @@ class PlanRunner {
   bool reducing_;
   // Host: how results are written into the user's buffers. An operation
   // that writes at least LOOM_CPU_STREAMING_BYTES of them streams every
-  // such write past the caches (layoutStreams), its direct receives too
+  // such write past the caches (set by the constructor), its direct receives too
   // (Transfer::stream): the data would not stay cached anyway, and plain
   // stores first read every line they fill.
   kernels::CpuKernelConfig outConfig_;
