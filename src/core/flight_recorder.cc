@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <pthread.h>
+#include <sched.h>
 
 #include <atomic>
 #include <cerrno>
@@ -37,62 +38,128 @@ const char* flightStateName(FlightRecorder::State s) {
   return "?";
 }
 
+namespace {
+
+// The writer's side of a slot's sequence lock: `change` runs between the
+// two version bumps (plain stores: there is one writer at a time).
+template <typename Slot, typename F>
+void rewrite(Slot& slot, F change) {
+  const uint64_t v = slot.version.load(std::memory_order_relaxed);
+  slot.version.store(v + 1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);  // the odd version before the fields
+  change();
+  slot.version.store(v + 2, std::memory_order_release);
+}
+
+}  // namespace
+
 uint64_t FlightRecorder::record(const Entry& e, State state) {
   if (capacity_ == 0) return 0;
   const int64_t now = wallMicros();
-  std::lock_guard<SpinMutex> lock(mutex_);
-  if (ring_.empty()) ring_.resize(capacity_);
-  const uint64_t id = ++recorded_;
-  Entry& slot = ring_[next_];  // (id - 1) % capacity_, without a division on every call
+  if (!ring_) {
+    ring_ = std::make_unique<Slot[]>(capacity_);
+    published_.store(ring_.get(), std::memory_order_release);
+  }
+  const uint64_t id = recorded_.load(std::memory_order_relaxed) + 1;
+  Slot& slot = ring_[next_];  // (id - 1) % capacity_, without a division on every call
   if (++next_ == capacity_) next_ = 0;
-  slot = e;
-  slot.state = state;
-  slot.enqueueUs = now;
-  slot.startUs = state == State::kQueued ? 0 : now;
-  slot.endUs = state == State::kDone || state == State::kFailed ? now : 0;
+  rewrite(slot, [&] {
+    constexpr auto r = std::memory_order_relaxed;
+    slot.id.store(id, r);
+    slot.seq.store(e.seq, r);
+    slot.collSeq.store(e.collSeq, r);
+    slot.kind.store(e.kind, r);
+    slot.count.store(e.count, r);
+    slot.type.store(e.type, r);
+    slot.op.store(e.op, r);
+    slot.root.store(e.root, r);
+    slot.state.store(state, r);
+    slot.enqueueUs.store(now, r);
+    slot.startUs.store(state == State::kQueued ? 0 : now, r);
+    slot.endUs.store(state == State::kDone || state == State::kFailed ? now : 0, r);
+  });
+  recorded_.store(id, std::memory_order_release);
   return id;
 }
 
-FlightRecorder::Entry* FlightRecorder::find(uint64_t id) {
-  if (id == 0 || id > recorded_ || recorded_ - id >= capacity_) return nullptr;
+FlightRecorder::Slot* FlightRecorder::find(uint64_t id) const {
+  const uint64_t recorded = recorded_.load(std::memory_order_relaxed);
+  if (id == 0 || id > recorded || recorded - id >= capacity_) return nullptr;
   return &ring_[(id - 1) % capacity_];
 }
 
 void FlightRecorder::started(uint64_t id) {
   if (id == 0) return;  // not recorded (capacity 0)
   const int64_t now = wallMicros();
-  std::lock_guard<SpinMutex> lock(mutex_);
-  if (Entry* e = find(id)) {
-    e->state = State::kRunning;
-    e->startUs = now;
+  if (Slot* slot = find(id)) {
+    rewrite(*slot, [&] {
+      slot->state.store(State::kRunning, std::memory_order_relaxed);
+      slot->startUs.store(now, std::memory_order_relaxed);
+    });
   }
 }
 
 void FlightRecorder::finished(uint64_t id, bool ok) {
   if (id == 0) return;
   const int64_t now = wallMicros();
-  std::lock_guard<SpinMutex> lock(mutex_);
-  if (Entry* e = find(id)) {
-    e->state = ok ? State::kDone : State::kFailed;
-    e->endUs = now;
+  if (Slot* slot = find(id)) {
+    rewrite(*slot, [&] {
+      slot->state.store(ok ? State::kDone : State::kFailed, std::memory_order_relaxed);
+      slot->endUs.store(now, std::memory_order_relaxed);
+    });
+  }
+}
+
+bool FlightRecorder::read(const Slot& slot, uint64_t id, Entry* out) {
+  constexpr auto r = std::memory_order_relaxed;
+  for (int tries = 0;; ++tries) {
+    const uint64_t before = slot.version.load(std::memory_order_acquire);
+    if (before & 1) {  // being written: a few stores, unless its thread was preempted
+      if (tries > 64) sched_yield();
+      continue;
+    }
+    const uint64_t held = slot.id.load(r);
+    Entry e;
+    e.seq = slot.seq.load(r);
+    e.collSeq = slot.collSeq.load(r);
+    e.kind = slot.kind.load(r);
+    e.count = slot.count.load(r);
+    e.type = slot.type.load(r);
+    e.op = slot.op.load(r);
+    e.root = slot.root.load(r);
+    e.state = slot.state.load(r);
+    e.enqueueUs = slot.enqueueUs.load(r);
+    e.startUs = slot.startUs.load(r);
+    e.endUs = slot.endUs.load(r);
+    std::atomic_thread_fence(std::memory_order_acquire);  // the fields before the second look
+    if (slot.version.load(r) != before) continue;
+    if (held != id) return false;  // overwritten by a newer entry since
+    *out = e;
+    return true;
   }
 }
 
 void FlightRecorder::setIdentity(Identity id) {
-  std::lock_guard<SpinMutex> lock(mutex_);
+  std::lock_guard<SpinMutex> lock(idMutex_);
   id_ = std::move(id);
 }
 
 bool FlightRecorder::identified() const {
-  std::lock_guard<SpinMutex> lock(mutex_);
+  std::lock_guard<SpinMutex> lock(idMutex_);
   return id_.nranks > 0;
 }
 
 std::vector<FlightRecorder::Entry> FlightRecorder::snapshot() const {
-  std::lock_guard<SpinMutex> lock(mutex_);
   std::vector<Entry> out;
-  const uint64_t first = recorded_ > capacity_ ? recorded_ - capacity_ + 1 : 1;
-  for (uint64_t id = first; id <= recorded_ && capacity_ > 0; ++id) out.push_back(ring_[(id - 1) % capacity_]);
+  const Slot* ring = published_.load(std::memory_order_acquire);
+  if (!ring) return out;
+  const uint64_t recorded = recorded_.load(std::memory_order_acquire);
+  const uint64_t first = recorded > capacity_ ? recorded - capacity_ + 1 : 1;
+  out.reserve(size_t(recorded - first + 1));
+  for (uint64_t id = first; id <= recorded; ++id) {
+    Entry e;
+    if (read(ring[(id - 1) % capacity_], id, &e)) out.push_back(e);
+  }
   return out;
 }
 
@@ -120,7 +187,7 @@ std::string quoted(const std::string& s) {
 std::string FlightRecorder::toJson(const std::string& reason) const {
   Identity id;
   {
-    std::lock_guard<SpinMutex> lock(mutex_);
+    std::lock_guard<SpinMutex> lock(idMutex_);
     id = id_;
   }
   char buf[512];
@@ -143,7 +210,7 @@ Result<std::string> FlightRecorder::dump(const std::string& dir, const std::stri
   int rank = 0;
   uint64_t comm = 0;
   {
-    std::lock_guard<SpinMutex> lock(mutex_);
+    std::lock_guard<SpinMutex> lock(idMutex_);
     rank = id_.rank;
     comm = id_.commHash;
   }

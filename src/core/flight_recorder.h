@@ -17,6 +17,7 @@
 // happened.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -57,6 +58,9 @@ class FlightRecorder {
   // Records an operation in state `state` (queued; running: one that starts
   // at once; done: one that already finished, all three times now, a
   // single look at the clock); returns its id for the calls below.
+  // record(), started() and finished() are the writer's: one thread at a
+  // time (a communicator calls them under its operation lock). The other
+  // calls may come from any thread at any time.
   uint64_t record(const Entry& e, State state = State::kQueued);
   void started(uint64_t id);
   void finished(uint64_t id, bool ok);
@@ -72,13 +76,35 @@ class FlightRecorder {
   Result<std::string> dump(const std::string& dir, const std::string& reason) const;
 
  private:
-  Entry* find(uint64_t id);  // nullptr once overwritten; mutex_ held
+  // An entry as the ring holds it: the writer takes no lock and makes no
+  // atomic read-modify-write, either of which would wait until the
+  // operation's stores (a tiny collective's data, the flags its peers
+  // read) have reached their cache lines, on every call. Instead each
+  // slot has a version, odd while the writer changes it: a reader copies
+  // the slot and keeps the copy if the version was even and the same
+  // before and after (a sequence lock per slot).
+  struct Slot {
+    std::atomic<uint64_t> version{0};
+    std::atomic<uint64_t> id{0};  // 0: never written
+    std::atomic<uint64_t> seq{0}, collSeq{0}, count{0};
+    std::atomic<const char*> kind{""}, type{""}, op{""};
+    std::atomic<int> root{-1};
+    std::atomic<State> state{State::kQueued};
+    std::atomic<int64_t> enqueueUs{0}, startUs{0}, endUs{0};
+  };
+  // The writer's: the slot of `id`, or null once overwritten (or for 0).
+  Slot* find(uint64_t id) const;
+  // A consistent copy of `slot`, if it still holds entry `id`.
+  static bool read(const Slot& slot, uint64_t id, Entry* out);
 
   const size_t capacity_;
-  mutable SpinMutex mutex_;
-  std::vector<Entry> ring_;
-  uint64_t recorded_ = 0;  // ids are 1..recorded_
-  size_t next_ = 0;        // the ring index of the next entry: recorded_ % capacity_
+  // Allocated by the first record() (most communicators of a large job
+  // never fail, and a dump is their only reader) and kept till the end.
+  std::unique_ptr<Slot[]> ring_;
+  std::atomic<Slot*> published_{nullptr};  // ring_, for readers
+  std::atomic<uint64_t> recorded_{0};      // ids are 1..recorded_
+  size_t next_ = 0;  // the writer's: the ring index of the next entry (recorded_ % capacity_)
+  mutable SpinMutex idMutex_;
   Identity id_;
 };
 

@@ -3,9 +3,11 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 namespace loom::core {
 namespace {
@@ -39,6 +41,40 @@ TEST(FlightRecorder, KeepsTheNewestEntriesWithTheirStates) {
   EXPECT_GE(entries[1].startUs, entries[1].enqueueUs);
   EXPECT_GE(entries[1].endUs, entries[1].startUs);
   EXPECT_EQ(entries[0].startUs, 0);
+}
+
+// The writer takes no lock: a reader that copies entries while they are
+// rewritten must still get each one whole (its fields from one write),
+// the newest ones, in order.
+TEST(FlightRecorder, ReadersSeeWholeEntriesWhileTheWriterRuns) {
+  FlightRecorder r(64);
+  std::atomic<bool> stop{false};
+  std::thread writer([&] {
+    for (uint64_t s = 1; !stop.load(std::memory_order_relaxed); ++s) {
+      FlightRecorder::Entry e = op(s);
+      e.collSeq = s + 1;
+      e.root = int(s % 7);
+      e.kind = s % 2 ? "AllReduce" : "Broadcast";
+      const uint64_t id = r.record(e);
+      r.started(id);
+      r.finished(id, s % 3 != 0);
+    }
+  });
+  size_t seen = 0;
+  for (int round = 0; round < 5000; round += seen > 0) {  // 5000 rounds once the writer has started
+    uint64_t last = 0;
+    for (const FlightRecorder::Entry& e : r.snapshot()) {
+      ASSERT_EQ(e.count, 8 * e.seq);
+      ASSERT_EQ(e.collSeq, e.seq + 1);
+      ASSERT_EQ(e.root, int(e.seq % 7));
+      ASSERT_STREQ(e.kind, e.seq % 2 ? "AllReduce" : "Broadcast");
+      ASSERT_GT(e.seq, last);  // oldest first, no entry twice
+      last = e.seq;
+      ++seen;
+    }
+  }
+  stop = true;
+  writer.join();
 }
 
 // An operation recorded as it starts (running) or once it finished (done,
