@@ -984,7 +984,7 @@ Status Communicator::split(CommRef parentRef, uint64_t ticket, int color, int ke
       Communicator* c;
       ~Turn() { c->finishSplitTurn(); }
     } turn{&parent};
-    std::lock_guard<FutexMutex> lock(parent.opMutex());
+    std::lock_guard<BiasedMutex> lock(parent.opMutex());
     // A peer that failed (or died: its neighbours fail and tell everyone)
     // ends the exchange at once instead of at the deadline.
     auto check = [&parent]() -> Status {
@@ -1162,7 +1162,7 @@ Status Communicator::shrink(CommRef parentRef, uint64_t ticket, std::vector<int>
     {
       // No operation of the parent runs meanwhile (a revoked parent's have
       // ended; NCCL_SHRINK_DEFAULT wants none in flight).
-      std::lock_guard<FutexMutex> lock(parent.opMutex());
+      std::lock_guard<BiasedMutex> lock(parent.opMutex());
       for (size_t i = 1; i < members.size(); ++i) {
         const int m = members[i];
         auto fd = parent.awaitShrinkEntry(m, grace ? *grace : deadline, abort);

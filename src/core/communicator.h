@@ -35,7 +35,7 @@
 #include <thread>
 #include <vector>
 
-#include "common/futex_mutex.h"
+#include "common/biased_mutex.h"
 #include "common/status.h"
 #include "core/bootstrap.h"
 #include "core/device_queue.h"
@@ -280,7 +280,7 @@ class Communicator {
   Status connectAll(const std::vector<int>& links, Deadline deadline);
   std::span<transport::Connection* const> connections() const { return connPtrs_; }
 
-  FutexMutex& opMutex() { return opMutex_; }
+  BiasedMutex& opMutex() { return opMutex_; }
   Scratch& scratch() { return scratch_; }
   // ncclCommRegister's buffers, and every region handed to a transfer.
   RegistrationCache& registrations() { return registrations_; }
@@ -384,7 +384,7 @@ class Communicator {
   std::mutex listenMutex_;  // guards the bootstrap listener state
   std::atomic<int64_t> lastNoticePollUs_{-kNoticePollIntervalUs};  // pollNoticesThrottled()
   std::map<int, std::unique_ptr<PeerLink>> links_;  // connections being set up
-  FutexMutex opMutex_;
+  BiasedMutex opMutex_;
   Scratch scratch_;
   uint64_t seq_ = 0;
   uint64_t collSeq_ = 0;  // collectives only (the flight recorder lines ranks up by it)

@@ -485,7 +485,7 @@ Status runSingle(Communicator* c, const OpDesc& op) {
   // The checks inline first: on the board, the rest of a small call costs
   // about as much as they do.
   if (!c->usableNow()) LOOM_TRY(waitTurn(c));
-  std::unique_lock<FutexMutex> lock(c->opMutex());
+  std::lock_guard<BiasedMutex> lock(c->opMutex());
   std::vector<Task> tasks;  // the engine's, if it runs
   bool boardStarted = false;
   if (LatencyPath* lp = c->latencyPath(); lp && lp->takes(op)) {
@@ -531,7 +531,7 @@ Status runPlannedOps(std::vector<PendingOp> ops, const DeviceContext* device) {
   // Lock in address order so two threads with overlapping groups cannot deadlock.
   std::vector<Communicator*> order = comms;
   std::sort(order.begin(), order.end());
-  std::vector<std::unique_lock<FutexMutex>> locks;
+  std::vector<std::unique_lock<BiasedMutex>> locks;
   for (Communicator* c : order) locks.emplace_back(c->opMutex());
   std::vector<CommRun> runs;
   for (Communicator* c : comms) {
