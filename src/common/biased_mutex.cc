@@ -16,7 +16,6 @@ void BiasedMutex::lockSlow() noexcept {
     owner_.store(me, std::memory_order_relaxed);  // its next lock() takes the bias
     return;
   }
-  if (pthread_equal(owner, me)) return;
   // Another thread holds the bias: revoke it, then wait until that thread
   // is not inside (it may hold the lock for a whole collective).
   revoked_.store(true, std::memory_order_relaxed);

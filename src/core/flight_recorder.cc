@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <sched.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
@@ -112,10 +113,10 @@ void FlightRecorder::finished(uint64_t id, bool ok) {
 
 bool FlightRecorder::read(const Slot& slot, uint64_t id, Entry* out) {
   constexpr auto r = std::memory_order_relaxed;
-  for (int tries = 0;; ++tries) {
+  for (int tries = 0;; tries = std::min(tries + 1, 64)) {
     const uint64_t before = slot.version.load(std::memory_order_acquire);
     if (before & 1) {  // being written: a few stores, unless its thread was preempted
-      if (tries > 64) sched_yield();
+      if (tries == 64) sched_yield();
       continue;
     }
     const uint64_t held = slot.id.load(r);

@@ -59,7 +59,8 @@ class FlightRecorder {
   // at once; done: one that already finished, all three times now, a
   // single look at the clock); returns its id for the calls below.
   // record(), started() and finished() are the writer's: one thread at a
-  // time (a communicator calls them under its operation lock). The other
+  // time (a communicator calls them under its operation lock, or during
+  // init before any operation may run: LOOM_CALIBRATE's shifts). The other
   // calls may come from any thread at any time.
   uint64_t record(const Entry& e, State state = State::kQueued);
   void started(uint64_t id);
