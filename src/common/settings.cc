@@ -170,11 +170,10 @@ constexpr Spec kTable[] = {
     {"LOOM_SHM_SINGLE_COPY_MIN", T::kInt, "65536", "SHM",
      "Smallest message (bytes) the shared-memory transport sends single-copy (the receiver reads "
      "the sender's buffer with process_vm_readv) where the plan allows it: a rank's own block in "
-     "AllGather, when this rank's CPUs also run other ranks, which its peers store as it is while they "
-     "exchange theirs (the limit applies to "
-     "each message: LOOM_CHUNK_BYTES slices), unless the operation streams its output "
-     "(LOOM_CPU_STREAMING_BYTES): that copies through the FIFO. 0 = never: everything is copied "
-     "through the FIFO. "
+     "AllGather, which its peers store as it is while they exchange theirs, sent so only where this "
+     "rank's CPUs also run other ranks and the operation does not stream its output "
+     "(LOOM_CPU_STREAMING_BYTES). The limit applies to each message (LOOM_CHUNK_BYTES slices). "
+     "0 = never: everything is copied through the FIFO. "
      "Where Yama restricts ptrace (ptrace_scope 1), a process with single copy on lets any process "
      "of its user read it (prctl PR_SET_PTRACER_ANY); 0 keeps that off. Falls back to the FIFO by "
      "itself where ptrace rules forbid it."},

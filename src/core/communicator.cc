@@ -685,8 +685,8 @@ Status Communicator::preferPeerReport(const Status& seen) {
 }
 
 void Communicator::pollNoticesThrottled() {
-  const int64_t now = std::chrono::duration_cast<std::chrono::microseconds>(
-                          std::chrono::steady_clock::now().time_since_epoch()).count();
+  const int64_t now =
+      std::chrono::duration_cast<std::chrono::microseconds>(Clock::now().time_since_epoch()).count();
   int64_t last = lastNoticePollUs_.load(std::memory_order_relaxed);
   if (now - last < kNoticePollIntervalUs) return;
   // One caller per interval; the others return at once.
