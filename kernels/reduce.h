@@ -15,6 +15,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "kernels/cpu/cpu_isa.h"
 #include "kernels/datatype.h"
@@ -84,6 +85,30 @@ void copy(const CpuKernelConfig& config, void* dst, const void* src, size_t byte
 // an sfence, so the reader fetches it from memory. dst and src must not
 // overlap.
 void copyForPeer(void* dst, const void* src, size_t bytes);
+
+// A copy of at most 64 bytes, inline (the latency path's cells and lines):
+// two possibly overlapping loads and stores of the widest power of two that
+// fits, no call and no size loop. dst and src must not overlap.
+namespace detail {
+template <size_t W>
+inline void copyTwoEnds(unsigned char* d, const unsigned char* s, size_t bytes) {  // W <= bytes <= 2W
+  unsigned char head[W], tail[W];
+  std::memcpy(head, s, W);
+  std::memcpy(tail, s + bytes - W, W);
+  std::memcpy(d, head, W);
+  std::memcpy(d + bytes - W, tail, W);
+}
+}  // namespace detail
+inline void copyTiny(void* dst, const void* src, size_t bytes) {
+  auto* d = static_cast<unsigned char*>(dst);
+  const auto* s = static_cast<const unsigned char*>(src);
+  if (bytes >= 32) detail::copyTwoEnds<32>(d, s, bytes);
+  else if (bytes >= 16) detail::copyTwoEnds<16>(d, s, bytes);
+  else if (bytes >= 8) detail::copyTwoEnds<8>(d, s, bytes);
+  else if (bytes >= 4) detail::copyTwoEnds<4>(d, s, bytes);
+  else if (bytes >= 2) detail::copyTwoEnds<2>(d, s, bytes);
+  else if (bytes == 1) *d = *s;
+}
 
 // A copy into memory that is not read again soon (a large operation's
 // output): streaming stores whatever the size, unless

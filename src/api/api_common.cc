@@ -197,7 +197,10 @@ Result<core::Communicator*> CallScope::usable() {
   core::Communicator* c = nullptr;
   const uint64_t generation = gGeneration.load(std::memory_order_acquire);
   for (const CallSlot::Cached& e : slot_->cache) {
-    if (e.handle == comm_ && e.generation == generation) c = e.comm;
+    if (e.handle == comm_ && e.generation == generation) {
+      c = e.comm;
+      break;
+    }
   }
   if (!c) {
     std::lock_guard<SpinMutex> lock(gMutex);

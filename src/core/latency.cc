@@ -182,6 +182,8 @@ void LatencyPath::publish() {
       kernels::Reduction red = op.reduction;
       if (op.scalarPtr) std::memcpy(&red.scalar, op.scalarPtr, es);
       kernels::reduce(red, mine, nullptr, 0, send, contribution / es, false);
+    } else if (inline_) {
+      kernels::copyTiny(mine, send, contribution);
     } else {
       kernels::copyForPeer(mine, send, contribution);
     }
@@ -223,12 +225,16 @@ void LatencyPath::finish() {
     }
     case OpKind::kAllGather:
       for (int q = 0; q < n; ++q) {
-        if (q != rank_) std::memcpy(recv + size_t(q) * bytes, dataOf(q), bytes);  // its own: publish()
+        if (q == rank_) continue;  // its own: publish()
+        if (inline_) kernels::copyTiny(recv + size_t(q) * bytes, dataOf(q), bytes);
+        else std::memcpy(recv + size_t(q) * bytes, dataOf(q), bytes);
       }
       break;
     case OpKind::kBroadcast: {
       const std::byte* src = rank_ == op.root ? send : dataOf(op.root);
-      if (recv != src) std::memcpy(recv, src, bytes);
+      if (recv == src) break;
+      if (inline_) kernels::copyTiny(recv, src, bytes);
+      else std::memcpy(recv, src, bytes);
       break;
     }
     default: break;  // takes() admits none other

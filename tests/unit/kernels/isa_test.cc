@@ -361,5 +361,23 @@ TEST(Streaming, CopyForPeerCopiesExactlyAtEverySizeAndAlignment) {
   }
 }
 
+// copyTiny: every size it takes (0..64) at every alignment of either end
+// copies exactly and writes nothing outside the destination.
+TEST(Streaming, CopyTinyCopiesExactlyAtEverySizeAndAlignment) {
+  std::vector<uint8_t> src(64 + 16), dst(64 + 32);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = uint8_t(i * 13 + 1);
+  for (size_t bytes = 0; bytes <= 64; ++bytes) {
+    for (size_t dstOff = 0; dstOff < 16; ++dstOff) {
+      for (size_t srcOff : {0, 3, 8, 15}) {
+        std::fill(dst.begin(), dst.end(), uint8_t(0xee));
+        copyTiny(dst.data() + dstOff, src.data() + srcOff, bytes);
+        ASSERT_EQ(std::memcmp(dst.data() + dstOff, src.data() + srcOff, bytes), 0) << bytes << " " << dstOff;
+        for (size_t i = 0; i < dstOff; ++i) ASSERT_EQ(dst[i], 0xee) << "before, " << bytes << " " << dstOff;
+        for (size_t i = dstOff + bytes; i < dst.size(); ++i) ASSERT_EQ(dst[i], 0xee) << "after, " << bytes;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace loom::kernels
