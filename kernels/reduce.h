@@ -86,9 +86,10 @@ void copy(const CpuKernelConfig& config, void* dst, const void* src, size_t byte
 // overlap.
 void copyForPeer(void* dst, const void* src, size_t bytes);
 
-// A copy of at most 64 bytes, inline (the latency path's cells and lines):
-// two possibly overlapping loads and stores of the widest power of two that
-// fits, no call and no size loop. dst and src must not overlap.
+// memcpy, with copies of up to 64 bytes (the latency path's cells and
+// lines) done inline: two possibly overlapping loads and stores of the
+// widest power of two that fits, no call and no size loop. dst and src must
+// not overlap.
 namespace detail {
 template <size_t W>
 inline void copyTwoEnds(unsigned char* d, const unsigned char* s, size_t bytes) {  // W <= bytes <= 2W
@@ -99,10 +100,11 @@ inline void copyTwoEnds(unsigned char* d, const unsigned char* s, size_t bytes) 
   std::memcpy(d + bytes - W, tail, W);
 }
 }  // namespace detail
-inline void copyTiny(void* dst, const void* src, size_t bytes) {
+inline void copySmall(void* dst, const void* src, size_t bytes) {
   auto* d = static_cast<unsigned char*>(dst);
   const auto* s = static_cast<const unsigned char*>(src);
-  if (bytes >= 32) detail::copyTwoEnds<32>(d, s, bytes);
+  if (bytes > 64) std::memcpy(d, s, bytes);
+  else if (bytes >= 32) detail::copyTwoEnds<32>(d, s, bytes);
   else if (bytes >= 16) detail::copyTwoEnds<16>(d, s, bytes);
   else if (bytes >= 8) detail::copyTwoEnds<8>(d, s, bytes);
   else if (bytes >= 4) detail::copyTwoEnds<4>(d, s, bytes);

@@ -183,7 +183,7 @@ void LatencyPath::publish() {
       if (op.scalarPtr) std::memcpy(&red.scalar, op.scalarPtr, es);
       kernels::reduce(red, mine, nullptr, 0, send, contribution / es, false);
     } else if (inline_) {
-      kernels::copyTiny(mine, send, contribution);
+      kernels::copySmall(mine, send, contribution);
     } else {
       kernels::copyForPeer(mine, send, contribution);
     }
@@ -225,16 +225,12 @@ void LatencyPath::finish() {
     }
     case OpKind::kAllGather:
       for (int q = 0; q < n; ++q) {
-        if (q == rank_) continue;  // its own: publish()
-        if (inline_) kernels::copyTiny(recv + size_t(q) * bytes, dataOf(q), bytes);
-        else std::memcpy(recv + size_t(q) * bytes, dataOf(q), bytes);
+        if (q != rank_) kernels::copySmall(recv + size_t(q) * bytes, dataOf(q), bytes);  // its own: publish()
       }
       break;
     case OpKind::kBroadcast: {
       const std::byte* src = rank_ == op.root ? send : dataOf(op.root);
-      if (recv == src) break;
-      if (inline_) kernels::copyTiny(recv, src, bytes);
-      else std::memcpy(recv, src, bytes);
+      if (recv != src) kernels::copySmall(recv, src, bytes);
       break;
     }
     default: break;  // takes() admits none other

@@ -361,16 +361,17 @@ TEST(Streaming, CopyForPeerCopiesExactlyAtEverySizeAndAlignment) {
   }
 }
 
-// copyTiny: every size it takes (0..64) at every alignment of either end
-// copies exactly and writes nothing outside the destination.
-TEST(Streaming, CopyTinyCopiesExactlyAtEverySizeAndAlignment) {
-  std::vector<uint8_t> src(64 + 16), dst(64 + 32);
+// copySmall: every size it copies inline (0..64) and some it hands to
+// memcpy, at every alignment of either end, copy exactly and write nothing
+// outside the destination.
+TEST(Streaming, CopySmallCopiesExactlyAtEverySizeAndAlignment) {
+  std::vector<uint8_t> src(200 + 16), dst(200 + 32);
   for (size_t i = 0; i < src.size(); ++i) src[i] = uint8_t(i * 13 + 1);
-  for (size_t bytes = 0; bytes <= 64; ++bytes) {
+  for (size_t bytes = 0; bytes <= 200; bytes += bytes < 70 ? 1 : 65) {
     for (size_t dstOff = 0; dstOff < 16; ++dstOff) {
       for (size_t srcOff : {0, 3, 8, 15}) {
         std::fill(dst.begin(), dst.end(), uint8_t(0xee));
-        copyTiny(dst.data() + dstOff, src.data() + srcOff, bytes);
+        copySmall(dst.data() + dstOff, src.data() + srcOff, bytes);
         ASSERT_EQ(std::memcmp(dst.data() + dstOff, src.data() + srcOff, bytes), 0) << bytes << " " << dstOff;
         for (size_t i = 0; i < dstOff; ++i) ASSERT_EQ(dst[i], 0xee) << "before, " << bytes << " " << dstOff;
         for (size_t i = dstOff + bytes; i < dst.size(); ++i) ASSERT_EQ(dst[i], 0xee) << "after, " << bytes;
