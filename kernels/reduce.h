@@ -80,11 +80,13 @@ void reduce(const CpuKernelConfig& config, const Reduction& r, void* dst, const 
 void copy(void* dst, const void* src, size_t bytes);
 void copy(const CpuKernelConfig& config, void* dst, const void* src, size_t bytes);
 
-// A copy into memory that another core reads next (a board slot): from
+// A copy into memory that another core reads next, where streaming it
+// pays (transport/shm/handoff.h decides): from
 // CpuKernelConfig::handoffStreamingMinBytes on, with streaming stores and
 // an sfence, so the reader fetches it from memory. dst and src must not
-// overlap.
+// overlap. handoffStreams(bytes): whether a copy of `bytes` would stream.
 void copyForPeer(void* dst, const void* src, size_t bytes);
+bool handoffStreams(size_t bytes);
 
 // memcpy, with copies of up to 64 bytes (the latency path's cells and
 // lines) done inline: two possibly overlapping loads and stores of the

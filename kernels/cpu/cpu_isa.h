@@ -53,12 +53,13 @@ struct CpuKernelConfig {
   // (bound by arithmetic, they measured slower with it).
   size_t streamingMinBytes = SIZE_MAX;
   // copyForPeer(): a copy that another core reads next (the shared-memory
-  // board's slots; the shm FIFO's pieces when transport/shm/handoff.h says
-  // so) streams from this many bytes (setting
+  // board's slots and FIFO pieces, when transport/shm/handoff.h says so)
+  // streams from this many bytes (setting
   // LOOM_CPU_HANDOFF_STREAMING_BYTES, default 8 KiB). The reader then
   // fetches lines from memory instead of taking each one, modified, out
   // of the writer's cache, and the writer's next copy into the slot needs
-  // no ownership request for lines the reader holds: 2 ranks, Broadcast of
+  // no ownership request for lines the reader holds: on the EPYC VM in its
+  // slow placement (where handoff.h streams), 2 ranks, Broadcast of
   // 16 KiB from 3-8 to 1.4 us, AllReduce of 64 KiB on 4 ranks from 77 to
   // 30 us. Below 8 KiB it measured the same or slower.
   size_t handoffStreamingMinBytes = SIZE_MAX;

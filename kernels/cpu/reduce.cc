@@ -176,6 +176,8 @@ void copyForPeer(void* dst, const void* src, size_t bytes) {
   }
 }
 
+bool handoffStreams(size_t bytes) { return bytes >= defaultCpuKernelConfig().handoffStreamingMinBytes; }
+
 void copyPastCaches(void* dst, const void* src, size_t bytes) {
   const CpuKernelConfig& config = defaultCpuKernelConfig();
   if (config.streamingMinBytes != SIZE_MAX && bytes) {

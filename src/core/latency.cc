@@ -185,7 +185,7 @@ void LatencyPath::publish() {
     } else if (inline_) {
       kernels::copySmall(mine, send, contribution);
     } else {
-      kernels::copyForPeer(mine, send, contribution);
+      handoff_.copy(mine, send, contribution);
     }
     if (inline_) board_.stampInline(place_, rank_, s_);
   }

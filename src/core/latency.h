@@ -22,6 +22,7 @@
 #include "core/op.h"
 #include "core/tuning.h"
 #include "transport/shm/board.h"
+#include "transport/shm/handoff.h"
 
 namespace loom::core {
 
@@ -81,6 +82,7 @@ class LatencyPath {
   void finish();   // the result, once what it reads is published
 
   transport::shm::Board board_;
+  transport::shm::HandoffPolicy handoff_;  // how contributions are copied into the board
   int rank_;
   int nranks_;
   std::vector<int> others_;  // every rank but this one

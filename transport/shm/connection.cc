@@ -265,26 +265,12 @@ void ShmConnection::fillSlot(SendMsg& m, SlotDesc& d) {
     if (bytes > 0) std::memcpy(d.inlineData, src, bytes);
   } else {
     const size_t piece = std::min(theirs_.slotBytes(), bytes - m.published);
-    copyToPeer(theirs_.slot(tail_), src + m.published, piece);
+    handoff_.copy(theirs_.slot(tail_), src + m.published, piece);
     d.kind = uint32_t(SlotKind::kCopy);
     d.pieceBytes = uint32_t(piece);
   }
   m.published += d.pieceBytes;
   m.t->progressed = m.published;
-}
-
-void ShmConnection::copyToPeer(uint8_t* dst, const uint8_t* src, size_t bytes) {
-  size_t done = 0;
-  if (handoff_.probeNext(bytes)) {
-    const auto start = Clock::now();
-    std::memcpy(dst, src, HandoffPolicy::kProbeBytes);
-    handoff_.observe(HandoffPolicy::kProbeBytes,
-                     std::chrono::duration<double, std::nano>(Clock::now() - start).count());
-    done = HandoffPolicy::kProbeBytes;
-  }
-  // Streamed from LOOM_CPU_HANDOFF_STREAMING_BYTES on (kernels/reduce.h).
-  if (handoff_.streaming()) kernels::copyForPeer(dst + done, src + done, bytes - done);
-  else std::memcpy(dst + done, src + done, bytes - done);
 }
 
 // Publishes as many queued pieces as there are free slots, then completes

@@ -137,8 +137,6 @@ class ShmConnection final : public Connection {
   Status checkState(const char* what) const;
   Status loadHead();
   void fillSlot(SendMsg& m, SlotDesc& d);
-  // Copies a piece into the peer's inbox, plainly or streamed (handoff_).
-  void copyToPeer(uint8_t* dst, const uint8_t* src, size_t bytes);
   Status moveSends();
   Status moveRecvs();
   Status checkSlot(const RecvMsg& m, const SlotDesc& d) const;
@@ -187,7 +185,7 @@ class ShmConnection final : public Connection {
   std::string goneReason_;
   uint64_t wakeupsSent_ = 0;
   uint64_t singleCopySends_ = 0;
-  HandoffPolicy handoff_;
+  HandoffPolicy handoff_;  // how pieces are copied into the peer's inbox
   Status error_;  // sticky
 };
 

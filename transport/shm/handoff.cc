@@ -1,9 +1,34 @@
 #include "transport/shm/handoff.h"
 
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "kernels/reduce.h"
+
 namespace loom::transport::shm {
 
-bool HandoffPolicy::probeNext(size_t bytes) {
-  if (bytes < kProbeBytes) return false;
+void HandoffPolicy::copy(void* dst, const void* src, size_t bytes) {
+  auto* d = static_cast<unsigned char*>(dst);
+  const auto* s = static_cast<const unsigned char*>(src);
+  if (!kernels::handoffStreams(bytes)) {
+    if (bytes) std::memcpy(d, s, bytes);
+    return;
+  }
+  size_t done = 0;
+  if (probeNext()) {
+    using Clock = std::chrono::steady_clock;
+    done = std::min(bytes, kProbeBytes);
+    const auto start = Clock::now();
+    std::memcpy(d, s, done);
+    observe(done, std::chrono::duration<double, std::nano>(Clock::now() - start).count());
+  }
+  if (done == bytes) return;
+  if (streaming_) kernels::copyForPeer(d + done, s + done, bytes - done);
+  else std::memcpy(d + done, s + done, bytes - done);
+}
+
+bool HandoffPolicy::probeNext() {
   if (!streaming_) return true;
   if (++sinceProbe_ < uint64_t(kProbeEvery)) return false;
   sinceProbe_ = 0;
