@@ -140,9 +140,6 @@ Status buildTasks(Communicator* comm, std::span<const OpDesc> ops, std::vector<T
   params.rings = comm->rings();
   params.hostOf = comm->hostOf();
   params.trees = comm->trees();
-  // 2-rank AllGather of 1 MiB, a core each: 41-75 us through the FIFO
-  // against 59-91 single-copy; 4 ranks on 2 cores: 250-343 against 215-229.
-  params.singleCopy = comm->cpusShared();
   std::vector<OpDesc> p2p;
   for (const OpDesc& op : ops) {
     if (isPointToPoint(op.kind)) {

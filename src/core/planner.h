@@ -32,13 +32,8 @@ struct PlanParams {
   std::span<const std::vector<int>> trees{};
   Algorithm algorithm = Algorithm::kRing;  // chosen by core/tuning.h
   // Whether AllGather may send a rank's own blocks single-copy (the
-  // receiver reads them from the sender's buffer, where the transport can).
-  // Communicators set it where this rank's CPUs also run other ranks
-  // (Communicator::cpusShared; each sender decides for itself, receivers
-  // take either kind): one copy then saves
-  // CPU time that someone else's rank would use; where each rank has a CPU
-  // of its own, the sender's copy into the FIFO runs beside the receiver's
-  // copy out of it, which is faster than the receiver's single one.
+  // receiver reads them from the sender's buffer, where the transport can
+  // and wants to: transport/shm/handoff.h). Off only in tests.
   bool singleCopy = true;
 };
 

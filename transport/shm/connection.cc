@@ -265,7 +265,15 @@ void ShmConnection::fillSlot(SendMsg& m, SlotDesc& d) {
     if (bytes > 0) std::memcpy(d.inlineData, src, bytes);
   } else {
     const size_t piece = std::min(theirs_.slotBytes(), bytes - m.published);
+    const bool streamed = handoff_.streaming();
     handoff_.copy(theirs_.slot(tail_), src + m.published, piece);
+    if (handoff_.streaming() && !streamed && !streamedOnce_) {
+      streamedOnce_ = true;
+      LOOM_INFO(log::kShm,
+                "shm: copies into %s's FIFO run slowly (under %.0f GB/s): streaming them past the caches, "
+                "and no single copy, until they run fast again",
+                describePeer().c_str(), HandoffPolicy::kSlowBytesPerNs);
+    }
     d.kind = uint32_t(SlotKind::kCopy);
     d.pieceBytes = uint32_t(piece);
   }
@@ -286,7 +294,7 @@ Status ShmConnection::moveSends() {
     if (!m.started) {
       m.started = true;
       m.pull = m.t->singleCopy && options_.singleCopyMin > 0 && m.t->bytes >= options_.singleCopyMin &&
-               peerCanPull();
+               peerCanPull() && handoff_.mayPull();
       if (m.pull && singleCopySends_ == 0) {
         LOOM_INFO(log::kShm, "shm: %s copies this rank's messages straight from its memory (single copy, "
                   "first one %zu bytes)", describePeer().c_str(), m.t->bytes);

@@ -111,6 +111,9 @@ class ShmConnection final : public Connection {
   // Counters for tests and logs.
   uint64_t wakeupsSent() const { return wakeupsSent_; }
   uint64_t singleCopySends() const { return singleCopySends_; }
+  // Whether copies into the peer's FIFO ever ran slowly enough to stream
+  // (then hinted messages were copied, not sent single-copy).
+  bool streamedOnce() const { return streamedOnce_; }
 
  protected:
   Status queueSend(Transfer* t) override;
@@ -186,6 +189,7 @@ class ShmConnection final : public Connection {
   uint64_t wakeupsSent_ = 0;
   uint64_t singleCopySends_ = 0;
   HandoffPolicy handoff_;  // how pieces are copied into the peer's inbox
+  bool streamedOnce_ = false;  // it switched to streaming (logged once, at INFO)
   Status error_;  // sticky
 };
 

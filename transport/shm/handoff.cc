@@ -35,6 +35,11 @@ bool HandoffPolicy::probeNext() {
   return true;
 }
 
+bool HandoffPolicy::mayPull() {
+  if (streaming_) return false;
+  return ++pulls_ % uint64_t(kPullProbeEvery) != 0;
+}
+
 void HandoffPolicy::observe(size_t bytes, double ns) {
   const bool slow = double(bytes) < kSlowBytesPerNs * ns;
   if (!slow) {

@@ -49,11 +49,21 @@ class HandoffPolicy {
   void observe(size_t bytes, double ns);
   // Whether what is not probed is streamed.
   bool streaming() const { return streaming_; }
+  // Whether a message the plan lets go single-copy (the receiver reads it
+  // from this rank's memory, Transfer::singleCopy) may go so now: not while
+  // copies stream (lines cross between the two cores slowly, and a pull
+  // takes every line across), and not every kPullProbeEvery-th time
+  // either: that message is copied, so that its probe keeps the decision
+  // current. A copied message costs 2-3 pulls (2-rank AllGather of 1 MiB in
+  // place: 90 against 32 us), so probes among pulls are rarer.
+  static constexpr int kPullProbeEvery = 32;
+  bool mayPull();
 
  private:
   bool streaming_ = false;
   int slowRun_ = 0;        // slow probes in a row, up to 2
   uint64_t sinceProbe_ = 0;  // copies streamed since the last probe
+  uint64_t pulls_ = 0;       // mayPull() calls while copying plainly
 };
 
 }  // namespace loom::transport::shm

@@ -63,6 +63,24 @@ TEST(HandoffPolicy, ShortProbesAreJudgedByTheirRate) {
   EXPECT_FALSE(p.streaming());
 }
 
+TEST(HandoffPolicy, PullsWhileCopiesRunFastButNotEveryOne) {
+  HandoffPolicy p;
+  int pulls = 0;
+  constexpr int kEvery = HandoffPolicy::kPullProbeEvery;
+  for (int i = 1; i <= 4 * kEvery; ++i) {
+    const bool pull = p.mayPull();
+    EXPECT_EQ(pull, i % kEvery != 0) << i << ": every kPullProbeEvery-th is copied (and probed)";
+    pulls += pull;
+  }
+  EXPECT_EQ(pulls, 4 * (kEvery - 1));
+  p.observe(kProbe, nsAt(1));
+  p.observe(kProbe, nsAt(1));
+  ASSERT_TRUE(p.streaming());
+  for (int i = 0; i < 3 * HandoffPolicy::kProbeEvery; ++i) EXPECT_FALSE(p.mayPull()) << "lines cross slowly: copy and stream";
+  p.observe(kProbe, nsAt(HandoffPolicy::kSlowBytesPerNs * 2));
+  EXPECT_TRUE(p.mayPull());
+}
+
 // copy() writes exactly the source whichever way it goes: short copies
 // (never timed), copies shorter than, equal to and longer than a probe, odd
 // lengths and offsets; and again after the policy has been made to stream
