@@ -170,9 +170,10 @@ constexpr Spec kTable[] = {
     {"LOOM_SHM_SINGLE_COPY_MIN", T::kInt, "65536", "SHM",
      "Smallest message (bytes) the shared-memory transport sends single-copy (the receiver reads "
      "the sender's buffer with process_vm_readv) where the plan allows it: a rank's own block in "
-     "AllGather, which its peers store as it is while they exchange theirs, sent so only where this "
-     "rank's CPUs also run other ranks and the operation does not stream its output "
-     "(LOOM_CPU_STREAMING_BYTES). The limit applies to each message (LOOM_CHUNK_BYTES slices). "
+     "AllGather, which its peers store as it is while they exchange theirs, sent so unless the "
+     "operation streams its output (LOOM_CPU_STREAMING_BYTES) or copies into that peer's FIFO run "
+     "slowly and stream (LOOM_CPU_HANDOFF_STREAMING_BYTES); one such message in 32 is copied, to "
+     "keep timing that. The limit applies to each message (LOOM_CHUNK_BYTES slices). "
      "0 = never: everything is copied through the FIFO. "
      "Where Yama restricts ptrace (ptrace_scope 1), a process with single copy on lets any process "
      "of its user read it (prctl PR_SET_PTRACER_ANY); 0 keeps that off. Falls back to the FIFO by "
@@ -190,10 +191,10 @@ constexpr Spec kTable[] = {
      "this many bytes of the user's buffers, for every result it does not send on; 0 = never. "
      "Pays off only for data larger than the caches. fp8 reductions never stream."},
     {"LOOM_CPU_HANDOFF_STREAMING_BYTES", T::kInt, "8192", "TUNING",
-     "Copies into shared memory that another rank reads next (the latency path's slots, and the "
-     "shm FIFO's pieces while plain copies into it run slowly) of at least this many bytes use "
-     "non-temporal stores, so the reader fetches them from memory rather than out of the writer's "
-     "cache; 0 = never."},
+     "Copies into shared memory that another rank reads next (the latency path's slots, the shm "
+     "FIFO's pieces) of at least this many bytes use non-temporal stores while plain copies into "
+     "it run slowly, so the reader fetches them from memory rather than out of the writer's cache; "
+     "0 = never."},
     {"LOOM_ACCUMULATE", T::kString, "native", "COLL",
      "Sums of half, bfloat16 and fp8: native rounds to the element type after every addition "
      "(as NCCL does); fp32 adds all sources of one reduction step in float and rounds once."},
