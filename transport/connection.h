@@ -91,6 +91,11 @@ struct Transfer {
   // stores these bytes as they are, so a transport that can let it copy
   // them straight from `data` (shared memory, LOOM_SHM_SINGLE_COPY_MIN) may.
   bool singleCopy = false;
+  // With singleCopy: take it whenever the transport can, even where it
+  // would rather copy (shared memory while its copies stream): the ranks
+  // share CPUs, and one copy instead of two saves CPU time another rank
+  // needs (core::Step::pullAlways).
+  bool pullAlways = false;
   // Receive only, a hint: `data` is not read again soon (the operation
   // writes more than the caches hold), so a transport that copies into it
   // may do so with streaming stores.

@@ -140,6 +140,7 @@ Status buildTasks(Communicator* comm, std::span<const OpDesc> ops, std::vector<T
   params.rings = comm->rings();
   params.hostOf = comm->hostOf();
   params.trees = comm->trees();
+  params.cpusShared = comm->cpusShared();
   std::vector<OpDesc> p2p;
   for (const OpDesc& op : ops) {
     if (isPointToPoint(op.kind)) {

@@ -62,8 +62,11 @@ struct Step {
   // the receiver may copy it straight from this rank's buffer (shared
   // memory's single copy, transport::Transfer::singleCopy). Only for data
   // that comes from the user's input, not data this rank just received:
-  // that sits dirty in this core's cache, where the peer reads it slowly.
+  // that sits dirty in this core's cache, where the peer may read it slowly.
   bool singleCopy = false;
+  // With singleCopy, where the ranks share CPUs: single copy whenever the
+  // transport can (Transfer::pullAlways).
+  bool pullAlways = false;
 
   // Calls f(peer) for every rank the step exchanges a message with.
   template <class F>

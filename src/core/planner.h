@@ -35,6 +35,10 @@ struct PlanParams {
   // receiver reads them from the sender's buffer, where the transport can
   // and wants to: transport/shm/handoff.h). Off only in tests.
   bool singleCopy = true;
+  // Whether this rank's CPUs also run other ranks of the host
+  // (Communicator::cpusShared): single copy then goes whenever it can
+  // (Step::pullAlways), since it saves CPU time that they would use.
+  bool cpusShared = false;
 };
 
 // A collective (AllReduce, AllGather, ReduceScatter, Broadcast, Reduce).

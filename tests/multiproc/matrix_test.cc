@@ -174,7 +174,8 @@ int main(int argc, char** argv) {
   setenv("LOOM_TIMEOUT_S", "60", 0);
 #ifdef LOOM_TEST_SANITIZED
   setenv("LOOM_CHUNK_BYTES", "65536", 0);  // see kBigBytes in matrix.cc
-  // Slices of 64 KiB or less: AllGather still goes single-copy here.
+  // Slices of 64 KiB or less: AllGather still goes single-copy here (where
+  // the handoff policy lets it: transport/shm/handoff.h).
   setenv("LOOM_SHM_SINGLE_COPY_MIN", "16384", 0);
 #endif
   ::testing::InitGoogleTest(&argc, argv);

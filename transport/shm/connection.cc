@@ -294,7 +294,7 @@ Status ShmConnection::moveSends() {
     if (!m.started) {
       m.started = true;
       m.pull = m.t->singleCopy && options_.singleCopyMin > 0 && m.t->bytes >= options_.singleCopyMin &&
-               peerCanPull() && handoff_.mayPull();
+               peerCanPull() && (m.t->pullAlways || handoff_.mayPull(m.t->bytes));
       if (m.pull && singleCopySends_ == 0) {
         LOOM_INFO(log::kShm, "shm: %s copies this rank's messages straight from its memory (single copy, "
                   "first one %zu bytes)", describePeer().c_str(), m.t->bytes);

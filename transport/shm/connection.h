@@ -16,7 +16,9 @@
 // kInlineBytes inside the slot's descriptor line) and copied out by the
 // receiver; the send is done once its last piece is in the FIFO. A message
 // the plan hints (Transfer::singleCopy) of at least singleCopyMin bytes is
-// single-copy instead: the sender publishes its address in one slot, the
+// single-copy instead, unless the handoff policy (handoff.h) refuses it
+// (while copies into the FIFO stream, and one message in 32, which it
+// times; never with Transfer::pullAlways): the sender publishes its address in one slot, the
 // receiver copies it with process_vm_readv straight from the sender's memory
 // into the posted receive buffer, then consumes the slot, which is the
 // acknowledgement that completes the send. attach() probes whether this

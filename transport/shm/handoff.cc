@@ -16,7 +16,7 @@ void HandoffPolicy::copy(void* dst, const void* src, size_t bytes) {
     return;
   }
   size_t done = 0;
-  if (probeNext()) {
+  if (bytes >= kMinProbeBytes && probeNext()) {
     using Clock = std::chrono::steady_clock;
     done = std::min(bytes, kProbeBytes);
     const auto start = Clock::now();
@@ -35,7 +35,8 @@ bool HandoffPolicy::probeNext() {
   return true;
 }
 
-bool HandoffPolicy::mayPull() {
+bool HandoffPolicy::mayPull(size_t bytes) {
+  if (!kernels::handoffStreams(bytes) || bytes < kMinProbeBytes) return true;
   if (streaming_) return false;
   return ++pulls_ % uint64_t(kPullProbeEvery) != 0;
 }

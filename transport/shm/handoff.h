@@ -40,8 +40,10 @@ class HandoffPolicy {
 
   // Copies `bytes` (no overlap) the way the policy says, probing as it
   // goes. Copies too short to stream (kernels::handoffStreams) are plain
-  // and neither timed nor counted.
+  // and neither timed nor counted; copies shorter than kMinProbeBytes are
+  // not timed (a clock read would weigh too much in them).
   void copy(void* dst, const void* src, size_t bytes);
+  static constexpr size_t kMinProbeBytes = size_t(8) << 10;
 
   // The decision alone (copy() uses these): whether the next eligible copy
   // starts with a timed plain probe (then observe() its time).
@@ -56,8 +58,9 @@ class HandoffPolicy {
   // either: that message is copied, so that its probe keeps the decision
   // current. A copied message costs 2-3 pulls (2-rank AllGather of 1 MiB in
   // place: 90 against 32 us), so probes among pulls are rarer.
+  // A message too short to stream is never refused (its copy is not timed).
   static constexpr int kPullProbeEvery = 32;
-  bool mayPull();
+  bool mayPull(size_t bytes);
 
  private:
   bool streaming_ = false;

@@ -13,7 +13,8 @@ Plan allGatherDirect(const OpDesc& op, const PlanParams& p) {
   if (op.count == 0) return plan;
   auto& own = plan.streams[0].steps;
   for (int peer : othersFrom(p.rank, n))
-    own.push_back(Step{.sendPeer = peer, .local = at(kSendBuf, 0, 1), .bytes = bytes, .singleCopy = p.singleCopy});
+    own.push_back(Step{.sendPeer = peer, .local = at(kSendBuf, 0, 1), .bytes = bytes, .singleCopy = p.singleCopy,
+                        .pullAlways = p.cpusShared});
   own.push_back(Step{.local = at(kSendBuf, 0, 1), .out = at(kRecvBuf, size_t(p.rank) * op.count, es), .bytes = bytes});
   int stream = 1;
   for (int peer : othersFrom(p.rank, n))

@@ -20,7 +20,8 @@ Plan allGatherRing(const OpDesc& op, const PlanParams& p) {
     Range sl = slice(all, whole, nslices, s);
     auto blockAt = [&](int owner) { return at(kRecvBuf, size_t(mod(owner, n)) * whole + sl.begin, es); };
     steps.push_back(Step{.sendPeer = n > 1 ? next : -1, .local = at(kSendBuf, sl.begin, es),
-                         .out = blockAt(r), .bytes = sl.size() * es, .singleCopy = n > 1 && p.singleCopy});
+                         .out = blockAt(r), .bytes = sl.size() * es, .singleCopy = n > 1 && p.singleCopy,
+                         .pullAlways = p.cpusShared});
     for (int j = 1; j < n; ++j) {
       steps.push_back(Step{.recvPeer = prev, .sendPeer = j < n - 1 ? next : -1,
                            .out = blockAt(ring.rankAt(ring.self() - j)), .bytes = sl.size() * es});

@@ -68,7 +68,7 @@ TEST(HandoffPolicy, PullsWhileCopiesRunFastButNotEveryOne) {
   int pulls = 0;
   constexpr int kEvery = HandoffPolicy::kPullProbeEvery;
   for (int i = 1; i <= 4 * kEvery; ++i) {
-    const bool pull = p.mayPull();
+    const bool pull = p.mayPull(kProbe);
     EXPECT_EQ(pull, i % kEvery != 0) << i << ": every kPullProbeEvery-th is copied (and probed)";
     pulls += pull;
   }
@@ -76,9 +76,10 @@ TEST(HandoffPolicy, PullsWhileCopiesRunFastButNotEveryOne) {
   p.observe(kProbe, nsAt(1));
   p.observe(kProbe, nsAt(1));
   ASSERT_TRUE(p.streaming());
-  for (int i = 0; i < 3 * HandoffPolicy::kProbeEvery; ++i) EXPECT_FALSE(p.mayPull()) << "lines cross slowly: copy and stream";
+  for (int i = 0; i < 3 * HandoffPolicy::kProbeEvery; ++i) EXPECT_FALSE(p.mayPull(kProbe)) << "lines cross slowly: copy and stream";
+  EXPECT_TRUE(p.mayPull(HandoffPolicy::kMinProbeBytes - 1)) << "never timed, so never held back";
   p.observe(kProbe, nsAt(HandoffPolicy::kSlowBytesPerNs * 2));
-  EXPECT_TRUE(p.mayPull());
+  EXPECT_TRUE(p.mayPull(kProbe));
 }
 
 // copy() writes exactly the source whichever way it goes: short copies

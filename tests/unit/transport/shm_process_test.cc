@@ -72,7 +72,7 @@ void mixedExchange(const Options& o, bool expectSingleCopy) {
   const auto sizes = testing::mixedSizes(o.fifoBytes / kSlots, 3);
   Deadline d = Deadline::afterSeconds(120);
   uint64_t pulls = 0;
-  bool peerCanPull = false;
+  bool peerCanPull = false, streamed = false;
   runWithChild(
       o,
       [&](ShmConnection& c) {
@@ -80,6 +80,7 @@ void mixedExchange(const Options& o, bool expectSingleCopy) {
         EXPECT_FALSE(testing::usesDevShm());
         pulls = c.singleCopySends();
         peerCanPull = c.peerCanPull();
+        streamed = c.streamedOnce();
         return s;
       },
       [&](ShmConnection& c) {
@@ -87,7 +88,9 @@ void mixedExchange(const Options& o, bool expectSingleCopy) {
         if (testing::usesDevShm()) return internalError("the child maps or holds a /dev/shm file");
         return Status::ok();
       });
-  if (expectSingleCopy && peerCanPull) {
+  if (expectSingleCopy && peerCanPull && pulls == 0 && streamed) {
+    std::printf("note: copies into the FIFO ran slowly here and streamed; single copy was not exercised\n");
+  } else if (expectSingleCopy && peerCanPull) {
     EXPECT_GT(pulls, 0u);
   } else if (expectSingleCopy) {
     std::printf("note: process_vm_readv between processes is not permitted here; the FIFO "
@@ -129,7 +132,7 @@ TEST(ShmProcess, ForbiddenSingleCopyFallsBackToTheFifo) {
       if (c.canPull()) return internalError("the probe should have failed under seccomp");
       LOOM_TRY(testing::runExchange(c, 2, sizes, 1, sizes, 4, d));
       // The parent may still read this process's memory.
-      if (c.peerCanPull() && c.singleCopySends() == 0) {
+      if (c.peerCanPull() && c.singleCopySends() == 0 && !c.streamedOnce()) {
         return internalError("the child's large sends should have been single-copy");
       }
       return Status::ok();
