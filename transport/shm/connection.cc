@@ -265,9 +265,8 @@ void ShmConnection::fillSlot(SendMsg& m, SlotDesc& d) {
     if (bytes > 0) std::memcpy(d.inlineData, src, bytes);
   } else {
     const size_t piece = std::min(theirs_.slotBytes(), bytes - m.published);
-    const bool streamed = handoff_.streaming();
     handoff_.copy(theirs_.slot(tail_), src + m.published, piece);
-    if (handoff_.streaming() && !streamed && !streamedOnce_) {
+    if (handoff_.streaming() && !streamedOnce_) {  // only copy() changes it
       streamedOnce_ = true;
       LOOM_INFO(log::kShm,
                 "shm: copies into %s's FIFO run slowly (under %.0f GB/s): streaming them past the caches, "

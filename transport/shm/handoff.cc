@@ -16,7 +16,7 @@ void HandoffPolicy::copy(void* dst, const void* src, size_t bytes) {
     return;
   }
   size_t done = 0;
-  if (bytes >= kMinProbeBytes && probeNext()) {
+  if (timed(bytes) && probeNext()) {
     using Clock = std::chrono::steady_clock;
     done = std::min(bytes, kProbeBytes);
     const auto start = Clock::now();
@@ -28,6 +28,8 @@ void HandoffPolicy::copy(void* dst, const void* src, size_t bytes) {
   else std::memcpy(d + done, s + done, bytes - done);
 }
 
+bool HandoffPolicy::timed(size_t bytes) { return bytes >= kMinProbeBytes && kernels::handoffStreams(bytes); }
+
 bool HandoffPolicy::probeNext() {
   if (!streaming_) return true;
   if (++sinceProbe_ < uint64_t(kProbeEvery)) return false;
@@ -36,7 +38,7 @@ bool HandoffPolicy::probeNext() {
 }
 
 bool HandoffPolicy::mayPull(size_t bytes) {
-  if (!kernels::handoffStreams(bytes) || bytes < kMinProbeBytes) return true;
+  if (!timed(bytes)) return true;
   if (streaming_) return false;
   return ++pulls_ % uint64_t(kPullProbeEvery) != 0;
 }

@@ -63,6 +63,9 @@ class HandoffPolicy {
   bool mayPull(size_t bytes);
 
  private:
+  // Whether copy() may time a copy of `bytes` (long enough to time, and to
+  // stream); mayPull() holds back only such messages.
+  static bool timed(size_t bytes);
   bool streaming_ = false;
   int slowRun_ = 0;        // slow probes in a row, up to 2
   uint64_t sinceProbe_ = 0;  // copies streamed since the last probe
