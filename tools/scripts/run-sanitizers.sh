@@ -5,7 +5,9 @@
 #                 each unit test binary runs once with all its cases
 #                 (tests/CMakeLists.txt, loom_unit_tests)
 #   TSan:         the tests that run ranks as threads of one process
-#                 (cuda mode's on the emulated device too), build-tsan/
+#                 (cuda mode's on the emulated device too), and the
+#                 common primitives' tests (the biased and futex mutexes,
+#                 the asymmetric fence), build-tsan/
 # Any report fails the run: UBSan is built to abort, ASan and TSan exit
 # non-zero. Suppressions, each with its reason, live in
 # tools/scripts/sanitizer-suppressions/.
@@ -51,12 +53,13 @@ if [ "$which" = all ] || [ "$which" = tsan ]; then
   dir="${TSAN_BUILD_DIR:-$root/build-tsan}"
   configure "$dir" thread
   cmake --build "$dir" -j "$jobs" --target mp_reliability_test mp_comm_test mp_matrix_test mp_failure_test \
-    loom_cuda_mode_test loom_cudaipc_test
+    loom_cuda_mode_test loom_cudaipc_test loom_common_test
   export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$supp/tsan.txt"
   # Ranks as threads: the matrix at 2 and 3 ranks, the communicator
   # features, the reliability races, abort from another thread, and cuda
-  # mode's progress threads and streams on the emulated device.
+  # mode's progress threads and streams on the emulated device; the locks
+  # and fences every call goes through, with threads racing on them.
   (cd "$dir" && ctest --output-on-failure --timeout 900 -j "$jobs" \
-     -R '^(mp_reliability_test\.|mp_comm_test\.|mp_matrix_test\..*/n[23](_tcp)?$|mp_failure_test\..*AbortFromAnotherThread|loom_cuda_mode_test\.all$|loom_cudaipc_test\.all$)')
+     -R '^(mp_reliability_test\.|mp_comm_test\.|mp_matrix_test\..*/n[23](_tcp)?$|mp_failure_test\..*AbortFromAnotherThread|loom_cuda_mode_test\.all$|loom_cudaipc_test\.all$|loom_common_test\.all$)')
   unset TSAN_OPTIONS
 fi
