@@ -120,7 +120,7 @@ class Board {
   // from the line it just fetched. publish() still follows: slot reuse and
   // sleepers use it. Lines and cells are apart: an operation may use either.
   std::byte* inlineData(InlinePlace p, int member, uint64_t seq) const {
-    return reinterpret_cast<std::byte*>(stampOf(p, member, seq) + 1);
+    return entryOf(p, member, seq) + offsetof(InlineCell, data);
   }
   void stampInline(InlinePlace p, int member, uint64_t seq) const {
     stampOf(p, member, seq)->store(seq, std::memory_order_release);
@@ -159,17 +159,21 @@ class Board {
   using InlineLine = Stamped<kBoardInlineBytes>;
   using InlineCell = Stamped<kBoardCellBytes>;
   static_assert(sizeof(InlineLine) == 64 && sizeof(InlineCell) == 16);
+  static_assert(offsetof(InlineLine, data) == offsetof(InlineCell, data));
   static_assert(std::atomic<uint64_t>::is_always_lock_free);
   void leave();
   Line* line(int m) const { return reinterpret_cast<Line*>(static_cast<std::byte*>(map_.get()) + kPageBytes) + m; }
-  std::atomic<uint64_t>* stampOf(InlinePlace p, int m, uint64_t seq) const {
+  // The start of a line or cell: its stamp, then its data (at the same
+  // offset in both).
+  std::byte* entryOf(InlinePlace p, int m, uint64_t seq) const {
     auto* base = static_cast<std::byte*>(map_.get());
     if (p == InlinePlace::kCell) {
-      return &(reinterpret_cast<InlineCell*>(base + cellOffset_) +
-               (size_t(m) * kBoardCells + size_t(seq % kBoardCells)))->stamp;
+      return base + cellOffset_ + (size_t(m) * kBoardCells + size_t(seq % kBoardCells)) * sizeof(InlineCell);
     }
-    return &(reinterpret_cast<InlineLine*>(base + 2 * kPageBytes) +
-             (size_t(m) * kBoardInlineSlots + size_t(seq % kBoardInlineSlots)))->stamp;
+    return base + 2 * kPageBytes + (size_t(m) * kBoardInlineSlots + size_t(seq % kBoardInlineSlots)) * sizeof(InlineLine);
+  }
+  std::atomic<uint64_t>* stampOf(InlinePlace p, int m, uint64_t seq) const {
+    return reinterpret_cast<std::atomic<uint64_t>*>(entryOf(p, m, seq));
   }
 
   Mapping map_;
