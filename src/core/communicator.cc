@@ -367,8 +367,21 @@ Status Communicator::connectPeersAtInit() {
   // operation is noticed by its connections closing.
   const auto& order = rings_[0];
   const int at = int(std::find(order.begin(), order.end(), rank_) - order.begin());
-  std::vector<int> ring{order[size_t((at + 1) % nranks_)], order[size_t((at + nranks_ - 1) % nranks_)]};
-  LOOM_TRY(connectAll(ring, Deadline::afterSeconds(options_.initTimeoutS)));
+  std::vector<int> links{order[size_t((at + 1) % nranks_)], order[size_t((at + nranks_ - 1) % nranks_)]};
+  if (mode_ == Mode::kCuda) {
+    // Cuda mode connects every rank of its host on every channel now, and
+    // reserves the staging memory its plans need: a CUDA IPC connection
+    // allocates device memory and maps its peer's, which may wait for the
+    // whole device. Later, on the progress thread, a user's stream may be
+    // waiting behind one of loom's gates (core/device_queue.h).
+    for (int c = 0; c < options_.channels; ++c)
+      for (int p = 0; p < nranks_; ++p)
+        if (p != rank_ && hostOf_[size_t(p)] == hostOf_[size_t(rank_)]) links.push_back(int(linkIndex(p, c, nranks_)));
+    std::sort(links.begin(), links.end());
+    links.erase(std::unique(links.begin(), links.end()), links.end());
+  }
+  LOOM_TRY(connectAll(links, Deadline::afterSeconds(options_.initTimeoutS)));
+  if (DeviceQueue* q = deviceQueue()) LOOM_TRY(q->reserveForEverySize());
   // Still initializing: users wait for ready, and a non-blocking init says
   // "in progress" until the calibration is over.
   LOOM_TRY(calibrate());

@@ -204,6 +204,73 @@ Result<std::unique_ptr<DeviceQueue::Submission>> DeviceQueue::queueHostFunctions
   return sub;
 }
 
+Status DeviceQueue::reserveStaging(std::span<const OpDesc> ops) { return reserve(stagingNeed(ops)); }
+
+Status DeviceQueue::reserve(size_t bytes) {
+  if (bytes == 0) return Status::ok();
+  LOOM_TRY(pinned_.reserve(bytes));
+  return onDevice_.reserve(bytes);
+}
+
+size_t DeviceQueue::stagingNeed(std::span<const OpDesc> ops) {
+  size_t need = 0;
+  std::vector<OpDesc> p2p;
+  for (const OpDesc& op : ops) {
+    if (isPointToPoint(op.kind)) {
+      p2p.push_back(op);
+      continue;
+    }
+    const PlanKey key{op.kind, op.count, op.type, op.root};
+    {
+      std::lock_guard<std::mutex> lock(stagingMutex_);
+      if (auto it = stagingOf_.find(key); it != stagingOf_.end()) {
+        need = std::max(need, it->second);
+        continue;
+      }
+    }
+    const size_t bytes = deviceStagingBytes(comm_, std::span<const OpDesc>(&op, 1));
+    need = std::max(need, bytes);
+    std::lock_guard<std::mutex> lock(stagingMutex_);
+    if (stagingOf_.size() >= PlanCache::kMaxEntries) stagingOf_.clear();
+    stagingOf_[key] = bytes;
+  }
+  // Point-to-point calls are planned together, as the job will.
+  if (!p2p.empty()) need = std::max(need, deviceStagingBytes(comm_, p2p));
+  return need;
+}
+
+Status DeviceQueue::reserveForEverySize() {
+  const int n = comm_->nranks();
+  if (n < 2) return Status::ok();
+  const size_t es = kernels::dataTypeSize(kernels::DataType::kFloat32);
+  // Beyond this every step of every plan moves whole slices.
+  const size_t largest = 4 * size_t(n) * comm_->sliceBytes() * size_t(comm_->nchannels());
+  std::vector<OpDesc> ops;
+  for (size_t bytes = 256; bytes <= largest; bytes *= 4) {
+    for (OpKind kind : {OpKind::kAllReduce, OpKind::kBroadcast, OpKind::kReduce, OpKind::kAllGather,
+                        OpKind::kReduceScatter}) {
+      OpDesc op;
+      op.kind = kind;
+      // AllGather and ReduceScatter count per rank; `bytes` is their whole vector.
+      const bool perRank = kind == OpKind::kAllGather || kind == OpKind::kReduceScatter;
+      op.count = std::max<size_t>(1, bytes / es / (perRank ? size_t(n) : 1));
+      ops.push_back(op);
+    }
+  }
+  // A send and a receive of many slices, planned together as a group would.
+  OpDesc send, recv;
+  send.kind = OpKind::kSend;
+  recv.kind = OpKind::kRecv;
+  send.count = recv.count = largest / es;
+  send.root = (comm_->rank() + 1) % n;
+  recv.root = (comm_->rank() + n - 1) % n;
+  const OpDesc pair[] = {send, recv};
+  LOOM_TRY(reserve(std::max(stagingNeed(ops), stagingNeed(pair))));
+  LOOM_INFO(log::kInit, "%s: %zu bytes of staging memory for device operations, pinned and on the device",
+            comm_->describe().c_str(), pinned_.size());
+  return Status::ok();
+}
+
 Status DeviceQueue::queueGates(Submission& sub) {
   if (sub.replay) {
     // The graph owns the replay first: its host function is captured.

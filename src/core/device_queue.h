@@ -33,12 +33,15 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "common/status.h"
 #include "core/executor.h"
 #include "core/op.h"
+#include "core/plan_cache.h"
 #include "device/device.h"
 
 namespace loom::core {
@@ -70,6 +73,16 @@ class DeviceQueue {
     Status queued;                         // the first launch that failed
   };
   Result<std::unique_ptr<Submission>> queueHostFunctions(CommRef pin, std::vector<OpDesc> ops);
+  // The caller's thread, before any gate of the group is queued: makes the
+  // staging memory `ops` will bind exist now (Scratch::reserve), pinned and
+  // on the device (which one a job binds depends on its connections). A
+  // collective's figure is kept per shape, so a repeated call plans nothing.
+  Status reserveStaging(std::span<const OpDesc> ops);
+  // At init, once the schedule is known (the caller's thread): reserves what
+  // each collective, and sends and receives, need at any size, so that a
+  // first call neither allocates nor waits for the stream's earlier work.
+  // Their staging stops growing once every slot holds a whole slice.
+  Status reserveForEverySize();
   Status queueGates(Submission& submission);
   // Waits until every job submitted so far has been released, at most
   // `seconds` (<= 0: no limit); an error when the time ran out.
@@ -82,6 +95,9 @@ class DeviceQueue {
   struct Signal;
   DeviceQueue(Communicator* comm, device::Api* api);
   Result<std::unique_ptr<Submission>> capture(std::vector<OpDesc> ops, device::Stream stream);
+  // The staging memory `ops` bind at most (see reserveStaging), and reserving it.
+  size_t stagingNeed(std::span<const OpDesc> ops);
+  Status reserve(size_t bytes);
   std::deque<std::shared_ptr<Job>>::iterator nextJob();
   void loop();
   Status run(Job& job);
@@ -96,6 +112,8 @@ class DeviceQueue {
   device::Stream stream_ = nullptr;  // the engine's kernels and copies
   Scratch pinned_;                   // staging slots for host transports
   Scratch onDevice_;                 // staging slots when only device-moving ones take part
+  std::mutex stagingMutex_;          // callers' threads: the figures below
+  std::unordered_map<PlanKey, size_t, PlanKeyHash> stagingOf_;
   std::vector<device::Event> events_;
   DeviceContext context_;
   std::thread thread_;

@@ -5,13 +5,33 @@
 #include <cstring>
 #include <new>
 
+#include "common/log.h"
+
 namespace loom::core {
 
 using transport::Connection;
 using transport::Transfer;
 
 Result<std::byte*> Scratch::get(size_t bytes) {
+  std::lock_guard<std::mutex> lock(mutex_);
   if (bytes <= size_) return mem_;
+  if (api_ && !warned_) {
+    warned_ = true;
+    LOOM_WARN("growing %s staging memory to %zu bytes while an operation runs (it was not reserved when the "
+              "operation was queued): allocating it may wait for the whole device, and so for a stream that "
+              "waits for this operation",
+              kind_ == Kind::kDevice ? "device" : "pinned", bytes);
+  }
+  LOOM_TRY(grow(bytes));
+  return mem_;
+}
+
+Status Scratch::reserve(size_t bytes) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return bytes <= size_ ? Status::ok() : grow(bytes);
+}
+
+Status Scratch::grow(size_t bytes) {
   if (api_) {
     bytes = std::max(bytes, 2 * size_);
     const bool pinned = kind_ != Kind::kDevice;
@@ -34,7 +54,7 @@ Result<std::byte*> Scratch::get(size_t bytes) {
     mem_ = static_cast<std::byte*>(p);
   }
   size_ = bytes;
-  return mem_;
+  return Status::ok();
 }
 
 Scratch::~Scratch() {

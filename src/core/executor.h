@@ -24,6 +24,7 @@
 #include <algorithm>
 #include <deque>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <vector>
 
@@ -52,15 +53,33 @@ class Scratch {
   // cudaFree waits for the whole device, and the progress thread calls this
   // while users' streams wait behind loom's gates. Blocks at least double,
   // so the kept ones add up to less than the last.
+  //
+  // Allocating pinned or device memory may wait for the whole device too
+  // (CUDA lists both among the calls that synchronize implicitly), so in
+  // cuda mode the caller's thread reserve()s what an operation will need
+  // before it queues the operation's gates, and the progress thread's get()
+  // finds it there. Should get() still have to grow a pinned or device block,
+  // it does, and warns once: that operation may hang on some drivers.
   Result<std::byte*> get(size_t bytes);
+  // Grows the memory to at least `bytes` now (any thread; get() may run on
+  // another meanwhile: what it returned stays valid).
+  Status reserve(size_t bytes);
+  size_t size() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return size_;
+  }
 
  private:
+  // Under mutex_.
+  Status grow(size_t bytes);
   void release(std::byte* mem);
   device::Api* api_ = nullptr;
   Kind kind_ = Kind::kHost;
+  std::mutex mutex_;  // reserve() and get() on different threads
   std::byte* mem_ = nullptr;
   size_t size_ = 0;
   std::vector<std::byte*> retired_;
+  bool warned_ = false;
 };
 
 // Cuda mode: where the executor's kernels run (see the top of this file).

@@ -44,11 +44,6 @@ constexpr int kBlockMs = 50;
 constexpr int kSpinYieldEvery = 256;
 constexpr const char* kAbortHint = "The other ranks are told to abort";
 
-bool isPointToPoint(OpKind k) {
-  return k == OpKind::kSend || k == OpKind::kRecv || k == OpKind::kAllToAll ||
-         k == OpKind::kGather || k == OpKind::kScatter;
-}
-
 struct Task {
   std::vector<OpDesc> ops;  // one collective, or the group's point-to-point calls
   std::shared_ptr<const CachedPlan> planned;  // the plan and the connections it uses
@@ -105,12 +100,9 @@ uint64_t recordCollective(Communicator* comm, const OpDesc& op, uint64_t seq,
       .root = op.kind == OpKind::kBroadcast || op.kind == OpKind::kReduce ? op.root : -1}, state);
 }
 
-// The cached plan of a collective, or a new one from the algorithm the
-// cost model (and NCCL_ALGO) picks.
-Result<std::shared_ptr<const CachedPlan>> collectivePlan(Communicator* comm, const OpDesc& op, PlanParams params) {
-  const PlanKey key{op.kind, op.count, op.type, op.root};
-  PlanCache& cache = comm->planCache();
-  if (auto hit = cache.find(key)) return hit;
+// A new plan of a collective, from the algorithm the cost model (and
+// NCCL_ALGO) picks. Reads only what the communicator fixed at init.
+Result<std::shared_ptr<CachedPlan>> makePlan(Communicator* comm, const OpDesc& op, PlanParams params) {
   const TuningContext& ctx = comm->tuning();
   const size_t bytes = tuningBytes(op.kind, op.count, kernels::dataTypeSize(op.type), ctx.nranks);
   auto made = std::make_shared<CachedPlan>();
@@ -124,14 +116,24 @@ Result<std::shared_ptr<const CachedPlan>> collectivePlan(Communicator* comm, con
   params.algorithm = made->choice.algorithm;
   LOOM_ASSIGN_OR_RETURN(made->plan, planCollective(op, params));
   made->links = linksOf(made->plan);
+  return made;
+}
+
+// The cached plan of a collective, or a new one.
+Result<std::shared_ptr<const CachedPlan>> collectivePlan(Communicator* comm, const OpDesc& op, PlanParams params) {
+  const PlanKey key{op.kind, op.count, op.type, op.root};
+  PlanCache& cache = comm->planCache();
+  if (auto hit = cache.find(key)) return hit;
+  LOOM_ASSIGN_OR_RETURN(std::shared_ptr<CachedPlan> made, makePlan(comm, op, params));
+  const TuningContext& ctx = comm->tuning();
   LOOM_INFO(log::kTuning, "%s: %s of %zu bytes on %d ranks (%s): %s, estimated %.1f us", comm->describe().c_str(),
-            opKindName(op.kind), bytes, ctx.nranks, linkClassName(ctx.links), algorithmName(made->choice.algorithm),
-            made->choice.estimateUs);
+            opKindName(op.kind), tuningBytes(op.kind, op.count, kernels::dataTypeSize(op.type), ctx.nranks),
+            ctx.nranks, linkClassName(ctx.links), algorithmName(made->choice.algorithm), made->choice.estimateUs);
   cache.insert(key, made);
   return std::shared_ptr<const CachedPlan>(std::move(made));
 }
 
-Status buildTasks(Communicator* comm, std::span<const OpDesc> ops, std::vector<Task>* tasks) {
+PlanParams planParamsOf(Communicator* comm) {
   PlanParams params;
   params.rank = comm->rank();
   params.nranks = comm->nranks();
@@ -141,6 +143,35 @@ Status buildTasks(Communicator* comm, std::span<const OpDesc> ops, std::vector<T
   params.hostOf = comm->hostOf();
   params.trees = comm->trees();
   params.cpusShared = comm->cpusShared();
+  return params;
+}
+
+}  // namespace
+
+size_t deviceStagingBytes(Communicator* comm, std::span<const OpDesc> ops) {
+  const PlanParams params = planParamsOf(comm);
+  size_t most = 0;
+  std::vector<OpDesc> p2p;
+  for (const OpDesc& op : ops) {
+    if (isPointToPoint(op.kind)) {
+      p2p.push_back(op);
+      continue;
+    }
+    auto made = makePlan(comm, op, params);
+    if (made.isOk()) most = std::max(most, PlanRunner::stagingBytes(made.value()->plan, op.reduction,
+                                                                   isReducing(op.kind), true));
+  }
+  if (!p2p.empty()) {
+    auto plan = planPointToPoint(p2p, params);
+    if (plan.isOk()) most = std::max(most, PlanRunner::stagingBytes(plan.value(), {}, false, true));
+  }
+  return most;
+}
+
+namespace {
+
+Status buildTasks(Communicator* comm, std::span<const OpDesc> ops, std::vector<Task>* tasks) {
+  const PlanParams params = planParamsOf(comm);
   std::vector<OpDesc> p2p;
   for (const OpDesc& op : ops) {
     if (isPointToPoint(op.kind)) {
@@ -444,21 +475,26 @@ Status submitToDevices(std::vector<PendingOp> ops) {
   // drain (a shrink of it).
   const std::vector<Communicator*> comms = commsOf(ops);
   for (Communicator* c : comms) LOOM_TRY(waitTurn(c));
-  std::vector<std::pair<DeviceQueue*, std::unique_ptr<DeviceQueue::Submission>>> queued;
-  Status s;
-  for (Communicator* c : comms) {
+  for (Communicator* c : comms)
+    if (!c->deviceQueue()) return internalError(c->describe() + " is in cuda mode but has no device queue");
+  auto opsOf = [&](Communicator* c, CommRef* pin) {
     std::vector<OpDesc> mine;
-    CommRef pin;
     for (auto& p : ops) {
       if (p.comm.get() != c) continue;
       mine.push_back(p.op);
-      if (!pin) pin = p.comm;
+      if (pin && !*pin) *pin = p.comm;
     }
+    return mine;
+  };
+  // Staging memory before any gate of the group is queued: allocating it
+  // may wait for the whole device (Scratch::reserve).
+  for (Communicator* c : comms) LOOM_TRY(c->deviceQueue()->reserveStaging(opsOf(c, nullptr)));
+  std::vector<std::pair<DeviceQueue*, std::unique_ptr<DeviceQueue::Submission>>> queued;
+  Status s;
+  for (Communicator* c : comms) {
+    CommRef pin;
+    std::vector<OpDesc> mine = opsOf(c, &pin);
     DeviceQueue* q = c->deviceQueue();
-    if (!q) {
-      s = internalError(c->describe() + " is in cuda mode but has no device queue");
-      break;
-    }
     auto sub = q->queueHostFunctions(std::move(pin), std::move(mine));
     if (!sub.isOk()) {
       s = sub.takeStatus();

@@ -45,6 +45,11 @@ void enqueueInit(Communicator* comm, std::function<Status()> job);
 // not be destroyed before ncclGroupEnd).
 bool groupHolds(const Communicator* comm);
 
+// Cuda mode: the most staging memory a device job of `ops` (one
+// communicator's) binds on the progress thread, worked out by planning them
+// as the job will (0 for what cannot be planned: the job reports that).
+size_t deviceStagingBytes(Communicator* comm, std::span<const OpDesc> ops);
+
 // Runs already-planned work; exposed for tests. Returns the first error.
 struct PendingOp {
   CommRef comm;

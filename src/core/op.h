@@ -60,5 +60,10 @@ struct OpDesc {
 inline bool isReducing(OpKind kind) {
   return kind == OpKind::kAllReduce || kind == OpKind::kReduceScatter || kind == OpKind::kReduce;
 }
+// Kinds a group merges into one point-to-point plan.
+inline bool isPointToPoint(OpKind kind) {
+  return kind == OpKind::kSend || kind == OpKind::kRecv || kind == OpKind::kAllToAll || kind == OpKind::kGather ||
+         kind == OpKind::kScatter;
+}
 
 }  // namespace loom::core

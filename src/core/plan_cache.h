@@ -23,6 +23,15 @@ struct PlanKey {
   bool operator==(const PlanKey&) const = default;
 };
 
+struct PlanKeyHash {
+  size_t operator()(const PlanKey& k) const {
+    size_t h = std::hash<size_t>()(k.count);
+    h = h * 31 + size_t(k.kind);
+    h = h * 31 + size_t(k.type);
+    return h * 31 + size_t(k.root);
+  }
+};
+
 struct CachedPlan {
   Plan plan;
   std::vector<int> links;  // the connections it uses (linkIndex), sorted
@@ -45,15 +54,7 @@ class PlanCache {
   }
 
  private:
-  struct Hash {
-    size_t operator()(const PlanKey& k) const {
-      size_t h = std::hash<size_t>()(k.count);
-      h = h * 31 + size_t(k.kind);
-      h = h * 31 + size_t(k.type);
-      return h * 31 + size_t(k.root);
-    }
-  };
-  std::unordered_map<PlanKey, std::shared_ptr<const CachedPlan>, Hash> plans_;
+  std::unordered_map<PlanKey, std::shared_ptr<const CachedPlan>, PlanKeyHash> plans_;
 };
 
 }  // namespace loom::core

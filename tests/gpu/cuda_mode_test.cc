@@ -180,10 +180,14 @@ TEST_F(CudaMode, AllReduceIsOrderedOnTheStreamAndReturnsAtOnce) {
   std::vector<std::unique_ptr<DeviceBuffer>> in, out;
   std::vector<std::vector<float>> seen(static_cast<size_t>(n()));
   Latch latch;
+  // Every allocation before the first hold: allocating device memory may
+  // wait for the streams (the emulated device says so).
   for (int r = 0; r < n(); ++r) {
     in.push_back(std::make_unique<DeviceBuffer>(kCount * sizeof(float)));
     out.push_back(std::make_unique<DeviceBuffer>(kCount * sizeof(float)));
-    float* host = in.back()->host<float>();
+  }
+  for (int r = 0; r < n(); ++r) {
+    float* host = in[size_t(r)]->host<float>();
     latch.holdStream(streams_[size_t(r)], [host, r] {
       for (size_t i = 0; i < kCount; ++i) host[i] = float((r + 1) * int(i % 97));
     });
@@ -650,16 +654,17 @@ TEST_F(CudaMode, RegisteredBuffersGiveTheSameResults) {
 TEST_F(CudaMode, FinalizeWaitsForQueuedWork) {
   makeRanks(2);
   constexpr size_t kCount = 1000;
-  DeviceBuffer a(kCount * 4), b(kCount * 4);
   std::vector<std::unique_ptr<DeviceBuffer>> bufs;
+  for (int r = 0; r < 2; ++r) {
+    bufs.push_back(std::make_unique<DeviceBuffer>(kCount * 4));
+    std::fill_n(bufs.back()->host<float>(), kCount, 1.0f);
+  }
   Latch latch;
   latch.holdStream(streams_[0]);
   ASSERT_EQ(ncclGroupStart(), ncclSuccess);
   for (int r = 0; r < 2; ++r) {
-    bufs.push_back(std::make_unique<DeviceBuffer>(kCount * 4));
-    std::fill_n(bufs.back()->host<float>(), kCount, 1.0f);
-    ASSERT_EQ(ncclAllReduce(bufs.back()->ptr, bufs.back()->ptr, kCount, ncclFloat, ncclSum, comms_[size_t(r)],
-                            asCuda(streams_[size_t(r)])),
+    ASSERT_EQ(ncclAllReduce(bufs[size_t(r)]->ptr, bufs[size_t(r)]->ptr, kCount, ncclFloat, ncclSum,
+                            comms_[size_t(r)], asCuda(streams_[size_t(r)])),
               ncclSuccess);
   }
   ASSERT_EQ(ncclGroupEnd(), ncclSuccess);
@@ -724,7 +729,9 @@ TEST_F(CudaMode, DeviceScalarIsReadWhenTheOperationRuns) {
               ncclSuccess);
     bufs.push_back(std::make_unique<DeviceBuffer>(kCount * sizeof(float)));
     std::fill_n(bufs.back()->host<float>(), kCount, float(r + 1));
-    float* s = scalars.back()->host<float>();
+  }
+  for (int r = 0; r < 2; ++r) {
+    float* s = scalars[size_t(r)]->host<float>();
     latch.holdStream(streams_[size_t(r)], [s] { *s = 0.5f; });
   }
   ASSERT_EQ(ncclGroupStart(), ncclSuccess);

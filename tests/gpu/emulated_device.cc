@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <execinfo.h>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -180,9 +181,12 @@ void EmulatedDevice::destroyStream(device::Stream stream) {
 }
 
 // cudaFree and cudaFreeHost wait until the device has finished everything
-// queued before them, on every stream. Called while a gate waits for loom,
-// they would hang on a GPU: here the wait is bounded and a hang is reported
-// as a crash, so the tests catch the call.
+// queued before them, on every stream, and CUDA lists allocating device or
+// pinned memory among the calls that synchronize implicitly too; mapping and
+// unmapping a peer's memory change the same page tables. Whether a driver
+// really waits in each case varies, so the emulation assumes it does: made
+// while a gate waits for loom, these calls would hang on a GPU. Here the
+// wait is bounded and a hang is reported as a crash, so the tests catch it.
 void EmulatedDevice::implicitSynchronize(const char* call) {
   std::vector<std::pair<std::shared_ptr<Queue>, uint64_t>> marks;
   {
@@ -195,8 +199,10 @@ void EmulatedDevice::implicitSynchronize(const char* call) {
     if (q->reached(target, deadline)) continue;
     std::fprintf(stderr,
                  "emulated device: %s waited 30 s for a stream's earlier work (a gate, say) to finish; on a "
-                 "GPU this call synchronizes the device and would hang here\n",
+                 "GPU this call synchronizes the device and would hang here. Called from:\n",
                  call);
+    void* frames[32];
+    backtrace_symbols_fd(frames, backtrace(frames, 32), 2);  // addr2line -e <binary> names the offsets
     std::abort();
   }
 }
@@ -209,6 +215,7 @@ Status EmulatedDevice::synchronize(device::Stream stream) {
 }
 
 Result<void*> EmulatedDevice::allocDevice(size_t bytes) {
+  implicitSynchronize("allocDevice (cudaMalloc)");
   const int fd = ::memfd_create("loom-emulated-device", MFD_CLOEXEC);
   if (fd < 0) return systemError("emulated device allocation: memfd_create failed");
   void* p = MAP_FAILED;
@@ -281,6 +288,7 @@ Result<void*> EmulatedDevice::ipcOpen(const device::IpcHandle& handle) {
   std::memcpy(&f, handle.data(), sizeof f);
   if (f.magic != kIpcMagic) return invalidArgument("emulated ipcOpen: not an emulated IPC handle");
   if (!options_.ipcWorks) return Status(Code::kCudaError, "emulated ipcOpen: IPC is switched off for this test");
+  implicitSynchronize("ipcOpen (cudaIpcOpenMemHandle)");
   const std::string path = "/proc/" + std::to_string(f.pid) + "/fd/" + std::to_string(f.fd);
   const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
   if (fd < 0) return systemError("emulated ipcOpen: cannot open " + path);
@@ -293,6 +301,7 @@ Result<void*> EmulatedDevice::ipcOpen(const device::IpcHandle& handle) {
 }
 
 void EmulatedDevice::ipcClose(void* mapped) {
+  implicitSynchronize("ipcClose (cudaIpcCloseMemHandle)");
   void* host = hostView(mapped);
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = opened_.find(host);
@@ -302,6 +311,7 @@ void EmulatedDevice::ipcClose(void* mapped) {
 }
 
 Result<void*> EmulatedDevice::allocHost(size_t bytes) {
+  implicitSynchronize("allocHost (cudaMallocHost)");
   void* p = std::aligned_alloc(4096, (std::max<size_t>(bytes, 1) + 4095) / 4096 * 4096);
   if (!p) return systemError("emulated pinned allocation failed");
   std::lock_guard<std::mutex> lock(mutex_);

@@ -13,6 +13,10 @@
 //   CUDA IPC maps a peer's memory.
 // - Kernels (reduceAsync) run the host kernels on the stream's worker;
 //   events are counters that the worker advances.
+// - Calls that may synchronize the device on a GPU (freeing and allocating
+//   device or pinned memory, opening and closing a peer's memory, a
+//   kernel's first launch without loadKernels) wait for every stream's
+//   earlier work, and report a would-be hang as a crash after 30 s.
 // - Graph capture: between beginCapture and endCapture a stream records
 //   what is queued on it instead of running it; launchGraph queues the
 //   recording again, as often as asked. Objects retained with the graph
