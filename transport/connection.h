@@ -146,6 +146,11 @@ class Connection {
   // The engine calls it before handing buffers back to their owner after a
   // failure. Backends that queue no device work have nothing to wait for.
   virtual Status quiesce() { return Status::ok(); }
+  // Any thread, while no user stream can be waiting on this connection's
+  // operations (cuda mode: at a call, before its gates are queued): makes
+  // what the transport put off because it may wait for the whole device,
+  // such as mapping memory a peer offered. May run beside progress().
+  virtual Status prepare() { return Status::ok(); }
 
  protected:
   // The backend's half of postSend/postRecv: the transfer passed the

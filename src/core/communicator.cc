@@ -381,7 +381,12 @@ Status Communicator::connectPeersAtInit() {
     links.erase(std::unique(links.begin(), links.end()), links.end());
   }
   LOOM_TRY(connectAll(links, Deadline::afterSeconds(options_.initTimeoutS)));
-  if (DeviceQueue* q = deviceQueue()) LOOM_TRY(q->reserveForEverySize());
+  if (DeviceQueue* q = deviceQueue()) {
+    for (int l : links)
+      if (hostOf_[size_t(l % nranks_)] == hostOf_[size_t(rank_)] && connPtrs_[size_t(l)])
+        hostConns_.push_back(connPtrs_[size_t(l)]);
+    LOOM_TRY(q->reserveForEverySize());
+  }
   // Still initializing: users wait for ready, and a non-blocking init says
   // "in progress" until the calibration is over.
   LOOM_TRY(calibrate());
@@ -785,6 +790,11 @@ Status Communicator::connectStep(const std::vector<int>& links, bool* ready) {
 
 void Communicator::pollFdsForLinks(std::vector<pollfd>* fds) const {
   for (const auto& [peer, link] : links_) link->pollFds(fds);
+}
+
+Status Communicator::prepareHostConnections() {
+  for (transport::Connection* c : hostConns_) LOOM_TRY(c->prepare());
+  return Status::ok();
 }
 
 Status Communicator::connectAll(const std::vector<int>& links, Deadline deadline) {

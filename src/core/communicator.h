@@ -279,6 +279,11 @@ class Communicator {
   // Blocking version (init, tests).
   Status connectAll(const std::vector<int>& links, Deadline deadline);
   std::span<transport::Connection* const> connections() const { return connPtrs_; }
+  // Cuda mode, the caller's thread at a call (before its gates): lets the
+  // connections to this host's ranks do what they put off while operations
+  // ran (Connection::prepare). They are all made at init and never replaced,
+  // so this may run beside the progress thread.
+  Status prepareHostConnections();
 
   BiasedMutex& opMutex() { return opMutex_; }
   Scratch& scratch() { return scratch_; }
@@ -341,6 +346,7 @@ class Communicator {
   int spinRounds_ = 64;
   size_t sliceBytes_ = 512 * 1024;
   std::vector<int> hostOf_;
+  std::vector<transport::Connection*> hostConns_;  // cuda mode: to this host's ranks, made at init
   std::vector<std::vector<int>> trees_;
   bool cpusShared_ = false;
   bool singleHost_ = false;  // every rank on this host (from the shared table)

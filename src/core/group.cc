@@ -486,9 +486,13 @@ Status submitToDevices(std::vector<PendingOp> ops) {
     }
     return mine;
   };
-  // Staging memory before any gate of the group is queued: allocating it
-  // may wait for the whole device (Scratch::reserve).
-  for (Communicator* c : comms) LOOM_TRY(c->deviceQueue()->reserveStaging(opsOf(c, nullptr)));
+  // Staging memory and peers' buffers to map before any gate of the group
+  // is queued: allocating and mapping may wait for the whole device
+  // (Scratch::reserve, Connection::prepare).
+  for (Communicator* c : comms) {
+    LOOM_TRY(c->deviceQueue()->reserveStaging(opsOf(c, nullptr)));
+    LOOM_TRY(c->prepareHostConnections());
+  }
   std::vector<std::pair<DeviceQueue*, std::unique_ptr<DeviceQueue::Submission>>> queued;
   Status s;
   for (Communicator* c : comms) {

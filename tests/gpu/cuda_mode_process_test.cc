@@ -22,7 +22,7 @@ std::vector<std::unique_ptr<ChildProcess>> runJob(int n, const std::string& scen
   std::vector<std::string> env = {
       "NCCL_COMM_ID=127.0.0.1:" + std::to_string(loom::test::freeLoopbackPort()),
       "LOOM_COMM_SECRET=cuda-mode-" + std::to_string(rd()) + std::to_string(rd()), "LOOM_TIMEOUT_S=60",
-      "NCCL_DEBUG=INFO", "NCCL_DEBUG_SUBSYS=INIT"};
+      "NCCL_DEBUG=INFO", "NCCL_DEBUG_SUBSYS=INIT,P2P"};
   env.insert(env.end(), extraEnv.begin(), extraEnv.end());
   std::vector<std::unique_ptr<ChildProcess>> ranks;
   for (int r = 0; r < n; ++r) {
@@ -54,6 +54,9 @@ TEST_P(CudaModeProcesses, CollectivesOnDeviceBuffers) {
   expectOk(ranks, "cudaipc");
   const std::string shared = "(GPU 00000000000000000000000000000001), shared by " + std::to_string(n) + " rank(s)";
   for (auto& k : ranks) EXPECT_NE(k->output().find(shared), std::string::npos) << k->output();
+  // The registered buffer: mapped at a call, never while an operation ran
+  // (the emulated device would have stopped the job).
+  for (auto& k : ranks) EXPECT_NE(k->output().find("registered: its messages are copied straight"), std::string::npos) << k->output();
 }
 
 // NCCL_P2P_DISABLE: shared memory through pinned host slots.

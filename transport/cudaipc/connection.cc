@@ -2,11 +2,13 @@
 
 #include <sys/eventfd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <mutex>
 #include <random>
 
+#include "common/log.h"
 #include "transport/shm/endpoint.h"
 
 namespace loom::transport::cudaipc {
@@ -16,6 +18,7 @@ constexpr uint32_t kPiece = 1;
 constexpr uint32_t kFree = 2;
 constexpr uint32_t kPull = 3;
 constexpr uint32_t kPulled = 4;
+constexpr uint32_t kDeclined = 5;  // a kPull the receiver will not copy from: send it as pieces
 constexpr size_t kControlRecvs = 2 * kSlots + 2;  // control receives kept posted
 constexpr size_t kProbeBytes = 64;
 
@@ -101,7 +104,8 @@ CudaIpcConnection::~CudaIpcConnection() {
   }
   for (device::Event e : allEvents_) api_->destroyEvent(e);
   if (peerMapped_) api_->ipcClose(peerInbox_);
-  for (auto& [handle, mapped] : peerBuffers_) api_->ipcClose(mapped);
+  for (auto& [handle, mapped] : peerBuffers_)
+    if (mapped) api_->ipcClose(mapped);
   if (inbox_) {
     std::lock_guard<std::mutex> lock(localInboxes().mutex);
     localInboxes().byAddress.erase(local_.address);
@@ -233,14 +237,19 @@ Status CudaIpcConnection::takeControl() {
       ++slotsFreed_;
     } else if (c.kind == kPiece || c.kind == kPull) {
       announced_.push_back(c);
-    } else if (c.kind == kPulled) {
+    } else if (c.kind == kPulled || c.kind == kDeclined) {
       if (!pulling_ || sends_.empty() || sends_.front() != pulling_ || c.bytes != pulling_->bytes) {
-        return remoteError(rankName(peer_) + " acknowledged a direct copy that was not offered "
+        return remoteError(rankName(peer_) + " answered a direct copy that was not offered "
                            "(different loom versions or a corrupted peer?)");
       }
-      pulling_->progressed = pulling_->bytes;
-      pulling_->done = true;
-      sends_.pop_front();
+      if (c.kind == kPulled) {
+        pulling_->progressed = pulling_->bytes;
+        pulling_->done = true;
+        sends_.pop_front();
+      } else {
+        declined_ = pulling_;  // moveSends sends it again, as pieces
+        --directSends_;
+      }
       --sendQueued_;
       pulling_ = nullptr;
     } else {
@@ -260,7 +269,8 @@ Status CudaIpcConnection::moveSends() {
   while (sendQueued_ < sends_.size() && !pulling_) {
     Transfer* t = sends_[sendQueued_];
     const auto* readable = dynamic_cast<const PeerReadable*>(t->region);
-    if (readable && sendOffset_ == 0 && t->bytes >= slotBytes_ && t->memory == MemoryType::kDevice) {
+    if (readable && t != declined_ && sendOffset_ == 0 && t->bytes >= slotBytes_ &&
+        t->memory == MemoryType::kDevice) {
       // Registered: the peer copies it from here (later sends wait).
       Control c{kPull, 0, t->bytes, t->bytes, 0, 0, readable->handle};
       c.address = peerShared_ ? reinterpret_cast<uint64_t>(t->data)
@@ -309,6 +319,7 @@ Status CudaIpcConnection::moveSends() {
     sendCopies_.pop_front();
     if (t->progressed == t->bytes) {
       t->done = true;
+      if (t == declined_) declined_ = nullptr;  // the Transfer may carry a later send
       sends_.pop_front();  // sends finish in order: it is the front
       --sendQueued_;
     }
@@ -336,6 +347,14 @@ Status CudaIpcConnection::moveRecvs() {
       // Copied, never handed to a sink: the peer's buffer may be on another
       // GPU of this process, which a kernel here may not reach.
       LOOM_ASSIGN_OR_RETURN(const std::byte* src, pullSource(p));
+      if (!src) {
+        // Not mapped, and not to be mapped now: the peer sends it through
+        // the inbox instead (its pieces follow for the same receive).
+        ++declinedPulls_;
+        if (controlError_.isOk()) LOOM_TRY(postControl(Control{kDeclined, 0, p.bytes, p.total, 0, 0, {}}));
+        announced_.pop_front();
+        continue;
+      }
       LOOM_ASSIGN_OR_RETURN(device::Event e, event());
       LOOM_TRY(api_->copyAsync(t->data, src, p.bytes, stream_));
       LOOM_TRY(api_->recordEvent(e, stream_));
@@ -432,15 +451,48 @@ Status CudaIpcConnection::release(Transfer* t) {
 // announced are still delivered: their bytes are in this side's inbox.
 // Where a kPull's bytes are in this process: the address itself between
 // ranks of one process, else the peer's allocation, mapped once.
+// Null when it is not mapped and deferMaps_ says not now (prepare() will),
+// or when mapping it failed before.
 Result<const std::byte*> CudaIpcConnection::pullSource(const Control& c) {
   if (peerShared_) return reinterpret_cast<const std::byte*>(c.address);
+  std::lock_guard<std::mutex> lock(mapMutex_);
   auto it = peerBuffers_.find(c.handle);
   if (it == peerBuffers_.end()) {
+    if (deferMaps_) {
+      if (std::find(wanted_.begin(), wanted_.end(), c.handle) == wanted_.end()) {
+        LOOM_INFO(log::kP2p, "%s offered a direct copy from a buffer not mapped here: it comes through the inbox, "
+                  "and the buffer is mapped at this rank's next call",
+                  rankName(peer_).c_str());
+        wanted_.push_back(c.handle);
+      }
+      anyWanted_.store(true, std::memory_order_release);
+      return nullptr;
+    }
     auto mapped = api_->ipcOpen(c.handle);
     if (!mapped.isOk()) return mapped.takeStatus().addContext("mapping " + rankName(peer_) + "'s registered buffer");
     it = peerBuffers_.emplace(c.handle, mapped.value()).first;
   }
-  return static_cast<const std::byte*>(it->second) + c.address;
+  return it->second ? static_cast<const std::byte*>(it->second) + c.address : nullptr;
+}
+
+Status CudaIpcConnection::prepare() {
+  if (!anyWanted_.load(std::memory_order_acquire)) return Status::ok();
+  std::lock_guard<std::mutex> lock(mapMutex_);
+  anyWanted_.store(false, std::memory_order_relaxed);
+  for (const device::IpcHandle& h : wanted_) {
+    if (peerBuffers_.count(h)) continue;
+    auto mapped = api_->ipcOpen(h);
+    if (mapped.isOk()) {
+      LOOM_INFO(log::kP2p, "mapped a buffer that %s registered: its messages are copied straight out of it",
+                rankName(peer_).c_str());
+    } else {  // its messages keep going through the inbox
+      LOOM_INFO(log::kP2p, "cannot map a buffer that %s registered (%s): its messages go through the inbox",
+                rankName(peer_).c_str(), mapped.status().message().c_str());
+    }
+    peerBuffers_.emplace(h, mapped.isOk() ? mapped.value() : nullptr);
+  }
+  wanted_.clear();
+  return Status::ok();
 }
 
 Status CudaIpcConnection::progress() {

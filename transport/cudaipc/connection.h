@@ -57,7 +57,9 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <atomic>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -110,9 +112,18 @@ class CudaIpcConnection final : public Connection {
   Status release(Transfer* t) override;
   // Device memory: a region the peer can read (its allocation's IPC handle).
   Result<std::unique_ptr<Region>> registerMemory(void* base, size_t bytes, MemoryType memory) override;
+  // Whether a registered buffer of a peer process is mapped only by
+  // prepare(): progress() then declines to copy from one not mapped yet, and
+  // the peer sends that message through the inbox. The engine's connections
+  // do (a user's stream may wait on the operation, and mapping may wait for
+  // the whole device); by default progress() maps it.
+  void deferMapping(bool on) { deferMaps_ = on; }
+  // Maps the registered buffers that progress() declined to copy from.
+  Status prepare() override;
 
   // Counters for tests.
   uint64_t directSends() const { return directSends_; }
+  uint64_t declinedPulls() const { return declinedPulls_; }
   uint64_t piecesSunk() const { return piecesSunk_; }
 
  protected:
@@ -122,7 +133,7 @@ class CudaIpcConnection final : public Connection {
  private:
   // A control message (both directions).
   struct Control {
-    uint32_t kind;  // kPiece, kFree, kPull, kPulled
+    uint32_t kind;  // kPiece, kFree, kPull, kPulled, kDeclined
     uint32_t slot;
     uint64_t bytes;    // of the piece
     uint64_t total;    // of its message
@@ -189,8 +200,15 @@ class CudaIpcConnection final : public Connection {
   std::deque<Outgoing> outgoing_;  // control sends in flight
   std::deque<Incoming> incoming_;  // control receives posted
   Transfer* pulling_ = nullptr;  // a send the peer is copying from (kPull), until kPulled
-  std::map<device::IpcHandle, void*> peerBuffers_;  // the peer's registered allocations, mapped
+  Transfer* declined_ = nullptr;  // a send the peer would not copy from (kDeclined): goes through the inbox
+  bool deferMaps_ = false;
+  std::mutex mapMutex_;  // prepare() beside progress(): the two below
+  // The peer's registered allocations, mapped (nullptr: mapping failed, never again).
+  std::map<device::IpcHandle, void*> peerBuffers_;
+  std::vector<device::IpcHandle> wanted_;  // declined, for prepare() to map
+  std::atomic<bool> anyWanted_{false};      // prepare()'s look without the lock
   uint64_t directSends_ = 0;
+  uint64_t declinedPulls_ = 0;
   uint64_t piecesSunk_ = 0;
   Status controlError_;  // the control connection failed (the peer closed or died)
   Status error_;         // sticky
