@@ -207,7 +207,11 @@ Result<std::unique_ptr<DeviceQueue::Submission>> DeviceQueue::queueHostFunctions
 Status DeviceQueue::reserveStaging(std::span<const OpDesc> ops) { return reserve(stagingNeed(ops)); }
 
 Status DeviceQueue::reserve(size_t bytes) {
-  if (bytes == 0) return Status::ok();
+  if (bytes <= std::min(pinned_.size(), onDevice_.size())) return Status::ok();
+  // The caller's thread may have another device current (one thread
+  // driving several GPUs): the memory belongs on the communicator's.
+  device::ScopedDevice bound(api_, comm_->cudaDevice());
+  LOOM_TRY(bound.status());
   LOOM_TRY(pinned_.reserve(bytes));
   return onDevice_.reserve(bytes);
 }

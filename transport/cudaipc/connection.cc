@@ -73,6 +73,7 @@ Result<std::unique_ptr<CudaIpcConnection>> CudaIpcConnection::create(int peerRan
   slotBytes = std::max<size_t>(4096, (slotBytes + 4095) / 4096 * 4096);
   std::unique_ptr<CudaIpcConnection> c(new CudaIpcConnection(peerRank, api));
   c->slotBytes_ = slotBytes;
+  LOOM_ASSIGN_OR_RETURN(c->device_, api->currentDevice());
   LOOM_ASSIGN_OR_RETURN(void* base, api->allocDevice(slotBytes * kSlots));
   c->inbox_ = std::make_shared<Inbox>(api, base);
   LOOM_ASSIGN_OR_RETURN(c->local_.handle, api->ipcHandle(base));
@@ -479,6 +480,8 @@ Status CudaIpcConnection::prepare() {
   if (!anyWanted_.load(std::memory_order_acquire)) return Status::ok();
   std::lock_guard<std::mutex> lock(mapMutex_);
   anyWanted_.store(false, std::memory_order_relaxed);
+  device::ScopedDevice bound(api_, device_);  // the caller's thread may have another device current
+  LOOM_TRY(bound.status());
   for (const device::IpcHandle& h : wanted_) {
     if (peerBuffers_.count(h)) continue;
     auto mapped = api_->ipcOpen(h);

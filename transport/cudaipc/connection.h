@@ -173,6 +173,7 @@ class CudaIpcConnection final : public Connection {
 
   const int peer_;
   device::Api* const api_;
+  int device_ = -1;  // the device current at create(): prepare() maps onto it
   Descriptor local_;
   std::shared_ptr<Inbox> inbox_;      // this side's, the peer writes into it
   std::shared_ptr<Inbox> peerShared_;  // the peer's, when in this process
