@@ -232,14 +232,14 @@ size_t DeviceQueue::stagingNeed(std::span<const OpDesc> ops) {
         continue;
       }
     }
-    const size_t bytes = deviceStagingBytes(comm_, std::span<const OpDesc>(&op, 1));
+    const size_t bytes = collectiveStagingBytes(comm_, op);
     need = std::max(need, bytes);
     std::lock_guard<std::mutex> lock(stagingMutex_);
     if (stagingOf_.size() >= PlanCache::kMaxEntries) stagingOf_.clear();
     stagingOf_[key] = bytes;
   }
   // Point-to-point calls are planned together, as the job will.
-  if (!p2p.empty()) need = std::max(need, deviceStagingBytes(comm_, p2p));
+  if (!p2p.empty()) need = std::max(need, pointToPointStagingBytes(comm_, p2p));
   return need;
 }
 

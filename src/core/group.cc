@@ -148,24 +148,14 @@ PlanParams planParamsOf(Communicator* comm) {
 
 }  // namespace
 
-size_t deviceStagingBytes(Communicator* comm, std::span<const OpDesc> ops) {
-  const PlanParams params = planParamsOf(comm);
-  size_t most = 0;
-  std::vector<OpDesc> p2p;
-  for (const OpDesc& op : ops) {
-    if (isPointToPoint(op.kind)) {
-      p2p.push_back(op);
-      continue;
-    }
-    auto made = makePlan(comm, op, params);
-    if (made.isOk()) most = std::max(most, PlanRunner::stagingBytes(made.value()->plan, op.reduction,
-                                                                   isReducing(op.kind), true));
-  }
-  if (!p2p.empty()) {
-    auto plan = planPointToPoint(p2p, params);
-    if (plan.isOk()) most = std::max(most, PlanRunner::stagingBytes(plan.value(), {}, false, true));
-  }
-  return most;
+size_t collectiveStagingBytes(Communicator* comm, const OpDesc& op) {
+  auto made = makePlan(comm, op, planParamsOf(comm));
+  return made.isOk() ? PlanRunner::stagingBytes(made.value()->plan, op.reduction, isReducing(op.kind), true) : 0;
+}
+
+size_t pointToPointStagingBytes(Communicator* comm, std::span<const OpDesc> p2p) {
+  auto plan = planPointToPoint(p2p, planParamsOf(comm));
+  return plan.isOk() ? PlanRunner::stagingBytes(plan.value(), {}, false, true) : 0;
 }
 
 namespace {
@@ -475,31 +465,29 @@ Status submitToDevices(std::vector<PendingOp> ops) {
   // drain (a shrink of it).
   const std::vector<Communicator*> comms = commsOf(ops);
   for (Communicator* c : comms) LOOM_TRY(waitTurn(c));
-  for (Communicator* c : comms)
-    if (!c->deviceQueue()) return internalError(c->describe() + " is in cuda mode but has no device queue");
-  auto opsOf = [&](Communicator* c, CommRef* pin) {
-    std::vector<OpDesc> mine;
+  // Each communicator's operations, and a pin of it.
+  std::vector<std::pair<CommRef, std::vector<OpDesc>>> perComm(comms.size());
+  for (size_t i = 0; i < comms.size(); ++i) {
+    if (!comms[i]->deviceQueue())
+      return internalError(comms[i]->describe() + " is in cuda mode but has no device queue");
     for (auto& p : ops) {
-      if (p.comm.get() != c) continue;
-      mine.push_back(p.op);
-      if (pin && !*pin) *pin = p.comm;
+      if (p.comm.get() != comms[i]) continue;
+      perComm[i].second.push_back(p.op);
+      if (!perComm[i].first) perComm[i].first = p.comm;
     }
-    return mine;
-  };
+  }
   // Staging memory and peers' buffers to map before any gate of the group
   // is queued: allocating and mapping may wait for the whole device
   // (Scratch::reserve, Connection::prepare).
-  for (Communicator* c : comms) {
-    LOOM_TRY(c->deviceQueue()->reserveStaging(opsOf(c, nullptr)));
-    LOOM_TRY(c->prepareHostConnections());
+  for (size_t i = 0; i < comms.size(); ++i) {
+    LOOM_TRY(comms[i]->deviceQueue()->reserveStaging(perComm[i].second));
+    LOOM_TRY(comms[i]->prepareHostConnections());
   }
   std::vector<std::pair<DeviceQueue*, std::unique_ptr<DeviceQueue::Submission>>> queued;
   Status s;
-  for (Communicator* c : comms) {
-    CommRef pin;
-    std::vector<OpDesc> mine = opsOf(c, &pin);
-    DeviceQueue* q = c->deviceQueue();
-    auto sub = q->queueHostFunctions(std::move(pin), std::move(mine));
+  for (size_t i = 0; i < comms.size(); ++i) {
+    DeviceQueue* q = comms[i]->deviceQueue();
+    auto sub = q->queueHostFunctions(std::move(perComm[i].first), std::move(perComm[i].second));
     if (!sub.isOk()) {
       s = sub.takeStatus();
       break;

@@ -45,10 +45,12 @@ void enqueueInit(Communicator* comm, std::function<Status()> job);
 // not be destroyed before ncclGroupEnd).
 bool groupHolds(const Communicator* comm);
 
-// Cuda mode: the most staging memory a device job of `ops` (one
-// communicator's) binds on the progress thread, worked out by planning them
-// as the job will (0 for what cannot be planned: the job reports that).
-size_t deviceStagingBytes(Communicator* comm, std::span<const OpDesc> ops);
+// Cuda mode: the staging memory a device job binds on the progress thread
+// for one collective, or for a group's point-to-point calls (planned
+// together), worked out by planning them as the job will (0 for what cannot
+// be planned: the job reports that).
+size_t collectiveStagingBytes(Communicator* comm, const OpDesc& op);
+size_t pointToPointStagingBytes(Communicator* comm, std::span<const OpDesc> p2p);
 
 // Runs already-planned work; exposed for tests. Returns the first error.
 struct PendingOp {

@@ -54,10 +54,10 @@
 // host); the engine hands it device buffers and pinned slots.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <map>
-#include <atomic>
 #include <memory>
 #include <mutex>
 #include <string>
