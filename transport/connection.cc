@@ -46,6 +46,9 @@ Status Connection::checkPost(Transfer* t, const char* what) const {
 
 Status Connection::postSend(Transfer* t) {
   LOOM_TRY(checkPost(t, "send"));
+  if (t->source && !produces()) {
+    return invalidUsage(std::string("a ") + kind() + " connection cannot send from a producer (Transfer::source)");
+  }
   return queueSend(t);
 }
 

@@ -69,6 +69,18 @@ class Sink {
 };
 inline constexpr size_t kSinkGrain = 64;
 
+// A producer of a send's bytes (see Transfer::source).
+class Source {
+ public:
+  virtual ~Source() = default;
+  // How many leading bytes of the message can be produced now; grows until
+  // it reaches the message size.
+  virtual size_t ready() const = 0;
+  // Writes bytes [offset, offset + n) of the message to `to` (memory of the
+  // transport's). Called in order, only within ready().
+  virtual void produce(size_t offset, void* to, size_t n) = 0;
+};
+
 struct Transfer {
   void* data = nullptr;  // send: source bytes (not modified); recv: destination
   size_t bytes = 0;
@@ -87,6 +99,13 @@ struct Transfer {
   // the pieces it handed to the sink until Connection::release(this), even
   // after the transfer is done; the peer's later messages wait for room.
   bool hold = false;
+  // Send only, and only on a connection that produces() (else an error):
+  // the message's bytes come from the source, written piece by piece
+  // straight into the transport's memory (shared memory: the peer's FIFO)
+  // as Source::ready() covers them, saving a pass over the data (a
+  // reduction writes into the peer's FIFO instead of a staging buffer that
+  // is then copied there). `data` is then not read.
+  Source* source = nullptr;
   // Send only, a hint from the plan (core::Step::singleCopy): the receiver
   // stores these bytes as they are, so a transport that can let it copy
   // them straight from `data` (shared memory, LOOM_SHM_SINGLE_COPY_MIN) may.
@@ -125,6 +144,14 @@ class Connection {
   // Backends that need no registration return a plain Region; a memory
   // type the connection cannot move is an error.
   virtual Result<std::unique_ptr<Region>> registerMemory(void* base, size_t bytes, MemoryType memory);
+  // True when the backend honours Transfer::source (a send's bytes written
+  // by a producer into the transport's own memory).
+  virtual bool produces() const { return false; }
+  // For a plan that fuses a ring's steps (core's PlanRunner): the largest
+  // message that may stay held in this connection's inbox (Transfer::hold)
+  // while the step writes the next rank's, such that no ring of such steps
+  // can fill every inbox at once. 0: no fused steps on this connection.
+  virtual size_t fusedStepBytes() const { return 0; }
   // True when the backend cannot move memory it has not registered: core
   // then registers every buffer before it posts it (core/registration.h).
   virtual bool needsRegistration() const { return false; }

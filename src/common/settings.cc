@@ -167,6 +167,11 @@ constexpr Spec kTable[] = {
     {"LOOM_SHM_FIFO_BYTES", T::kInt, "2097152", "SHM",
      "Bytes of each shared-memory inbox FIFO (one per peer rank on the same host), split into 8 "
      "slots; messages bigger than a slot span several. 32768 .. 1073741824."},
+    {"LOOM_SHM_FUSED_STEPS", T::kBool, "1", "SHM",
+     "1: a ring step that receives and sends over shared memory (host buffers) folds or copies each "
+     "piece as it arrives straight into the next rank's FIFO, and stores its result from there; "
+     "steps that keep a result do so from 512 KiB messages. 0: such steps go through a staging "
+     "slot or the user buffer, and the send copies it again."},
     {"LOOM_SHM_SINGLE_COPY_MIN", T::kInt, "65536", "SHM",
      "Smallest message (bytes) the shared-memory transport sends single-copy (the receiver reads "
      "the sender's buffer with process_vm_readv) where the plan allows it: a rank's own block in "

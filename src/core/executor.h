@@ -179,6 +179,38 @@ class PlanRunner {
     const DeviceContext* device = nullptr;
     Status error;  // a kernel launch that failed (device)
   };
+  // A fused step: one that receives and sends, over connections that allow
+  // it (host buffers, a ring: fuses()). Its receive hands over its pieces
+  // where they lie in the transport's memory and holds them
+  // (Transfer::hold); its send, posted at once, has each piece folded with
+  // the local input (or copied) straight into the send's transport memory
+  // (Transfer::source), and from there into the step's user buffer if it
+  // has one. One pass where the step otherwise writes a slot or the user
+  // buffer and the send copies that again.
+  class FusedStep final : public transport::Sink, public transport::Source {
+   public:
+    // reduction: null for a copy; out: null when the step keeps no result.
+    void start(const kernels::Reduction* reduction, const std::byte* local, bool post, std::byte* out,
+               const kernels::CpuKernelConfig* outConfig);
+    void consume(size_t offset, const void* bytes, size_t n) override;
+    size_t ready() const override { return arrived_; }
+    void produce(size_t offset, void* to, size_t n) override;
+
+   private:
+    struct Piece {
+      size_t offset;
+      const std::byte* at;
+      size_t bytes;
+    };
+    const kernels::Reduction* reduction_ = nullptr;
+    const std::byte* local_ = nullptr;  // may be null
+    bool post_ = false;
+    std::byte* out_ = nullptr;
+    const kernels::CpuKernelConfig* outConfig_ = nullptr;
+    std::vector<Piece> pieces_;  // handed over so far, in order
+    size_t cursor_ = 0;          // the first piece not wholly produced
+    size_t arrived_ = 0;         // bytes handed over
+  };
   struct PendingSend {
     transport::Transfer xfer;
     const std::byte* begin;
@@ -192,6 +224,10 @@ class PlanRunner {
     Phase phase = Phase::kStart;
     transport::Transfer recv;
     ReduceSink sink;
+    // The running step is fused (fuses()): its send and what produces it.
+    bool fusing = false;
+    FusedStep fused;
+    transport::Transfer fusedSend;
     int recvSlot = -1;
     std::byte* slots = nullptr;  // nslots * slotBytes
     size_t slotBytes = 0;
@@ -199,6 +235,8 @@ class PlanRunner {
     // Host: a receive of this stream may land where a send of the plan reads
     // (layoutStreams): such receives wait for those sends in a slot.
     bool overlaps = false;
+    // A send of this stream may go single-copy (Step::singleCopy).
+    bool singleCopy = false;
     uint64_t freeSlots = (uint64_t(1) << kSlots) - 1;
     // A fan-in step's receives (sized once per step: posted transfers never
     // move) and the slots they land in.
@@ -215,6 +253,15 @@ class PlanRunner {
   Status advanceStream(size_t index, StreamState& st, bool* progressed);
   bool startStep(const Step& step, StreamState& st, Status* error);
   bool startFanIn(const Step& step, StreamState& st, Status* error);
+  // Whether `step` runs fused (FusedStep), and its start and end.
+  bool fuses(const Step& step, const StreamState& st) const;
+  // A fused step's message, should it arrive whole, lands in a staging slot
+  // where the step folds it (in place, the output is its input) or keeps
+  // no result; else in the output.
+  static bool landsInSlot(const Step& step) { return step.reduce || !step.out.valid(); }
+  bool startFused(const Step& step, StreamState& st, Status* error);
+  // True once the fused step's send is written and its receive released.
+  Result<bool> finishFused(const Step& step, StreamState& st);
   Status compute(const Step& step, StreamState& st);
   Status computeFanIn(const Step& step, StreamState& st);
   Status computeFanInOnDevice(const Step& step, StreamState& st);

@@ -61,6 +61,7 @@ ShmConnection::Options ShmConnection::Options::fromSettings() {
   if (fifo > 0) o.fifoBytes = size_t(fifo);
   int64_t min = cfg->getInt("LOOM_SHM_SINGLE_COPY_MIN");
   o.singleCopyMin = min > 0 ? size_t(min) : 0;
+  o.fusedSteps = cfg->getBool("LOOM_SHM_FUSED_STEPS");
   return o;
 }
 
@@ -242,6 +243,19 @@ Status ShmConnection::loadHead() {
   return Status::ok();
 }
 
+size_t ShmConnection::fusedStepBytes() const {
+  if (!attached_ || !options_.fusedSteps) return 0;
+  const size_t slot = std::max(mine_.slotBytes(), theirs_.slotBytes());
+  const size_t fifo = std::min(mine_.slotBytes(), theirs_.slotBytes()) * kSlots;
+  return fifo / 2 > slot ? fifo / 2 - slot : 0;
+}
+
+// The bytes of the next piece of `m` copied into the FIFO.
+size_t ShmConnection::pieceOf(const SendMsg& m) const {
+  const size_t bytes = m.t->bytes;
+  return bytes <= kInlineBytes ? bytes : std::min(theirs_.slotBytes(), bytes - m.published);
+}
+
 // Writes the next piece of `m` into the slot of step tail_.
 void ShmConnection::fillSlot(SendMsg& m, SlotDesc& d) {
   const size_t bytes = m.t->bytes;
@@ -262,10 +276,14 @@ void ShmConnection::fillSlot(SendMsg& m, SlotDesc& d) {
   if (bytes <= kInlineBytes) {
     d.kind = uint32_t(SlotKind::kInline);
     d.pieceBytes = uint32_t(bytes);
-    if (bytes > 0) std::memcpy(d.inlineData, src, bytes);
+    if (bytes > 0) {
+      if (m.t->source) m.t->source->produce(0, d.inlineData, bytes);
+      else std::memcpy(d.inlineData, src, bytes);
+    }
   } else {
-    const size_t piece = std::min(theirs_.slotBytes(), bytes - m.published);
-    handoff_.copy(theirs_.slot(tail_), src + m.published, piece);
+    const size_t piece = pieceOf(m);
+    if (m.t->source) m.t->source->produce(m.published, theirs_.slot(tail_), piece);
+    else handoff_.copy(theirs_.slot(tail_), src + m.published, piece);
     if (handoff_.streaming() && !streamedOnce_) {  // only copy() changes it
       streamedOnce_ = true;
       LOOM_INFO(log::kShm,
@@ -290,9 +308,12 @@ Status ShmConnection::moveSends() {
       if (tail_ - headSeen_ >= kSlots) break;
     }
     SendMsg& m = sends_[sendNext_];
+    // A produced message goes a piece at a time, as its source has it.
+    if (m.t->source && m.t->source->ready() < m.published + pieceOf(m)) break;
     if (!m.started) {
       m.started = true;
-      m.pull = m.t->singleCopy && options_.singleCopyMin > 0 && m.t->bytes >= options_.singleCopyMin &&
+      if (m.t->source) ++producedSends_;
+      m.pull = !m.t->source && m.t->singleCopy && options_.singleCopyMin > 0 && m.t->bytes >= options_.singleCopyMin &&
                peerCanPull() && (m.t->pullAlways || handoff_.mayPull(m.t->bytes));
       if (m.pull && singleCopySends_ == 0) {
         LOOM_INFO(log::kShm, "shm: %s copies this rank's messages straight from its memory (single copy, "
@@ -410,7 +431,9 @@ Status ShmConnection::moveRecvs() {
     const SlotDesc d = h->desc[head_ % kSlots];
     LOOM_TRY(checkSlot(m, d));
     if (d.kind != uint32_t(SlotKind::kPull)) {
-      const uint8_t* src = d.kind == uint32_t(SlotKind::kInline) ? d.inlineData : mine_.slot(head_);
+      // Inline data is read where it lies (a held receive's sink keeps the
+      // pointer); its size is the checked copy's.
+      const uint8_t* src = d.kind == uint32_t(SlotKind::kInline) ? h->desc[head_ % kSlots].inlineData : mine_.slot(head_);
       if (m.t->sink != nullptr) {
         // Slot pieces start at multiples of the slot size (whole pages).
         if (d.pieceBytes > 0) m.t->sink->consume(m.received, src, d.pieceBytes);
@@ -497,7 +520,12 @@ bool ShmConnection::actionable() const {
   }
   if (!sends_.empty()) {
     const uint64_t head = theirs_.header()->head.load(std::memory_order_acquire);
-    if (sendNext_ < sends_.size() && tail_ - head < kSlots) return true;
+    // A produced message's next piece may wait for its source, which
+    // moves with another connection (whose own fds wake the waiter).
+    if (sendNext_ < sends_.size() && tail_ - head < kSlots) {
+      const SendMsg& m = sends_[sendNext_];
+      if (!m.t->source || m.t->source->ready() >= m.published + pieceOf(m)) return true;
+    }
     if (sendNext_ > 0 && (!sends_.front().pull || head > sends_.front().pullStep)) return true;
   }
   return false;

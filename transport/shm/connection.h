@@ -75,7 +75,10 @@ class ShmConnection final : public Connection {
     // everything through the FIFO and does not read the peer's memory (so
     // the peer copies through the FIFO as well).
     size_t singleCopyMin = size_t(64) << 10;
-    // From LOOM_SHM_FIFO_BYTES and LOOM_SHM_SINGLE_COPY_MIN.
+    // Whether plans may fuse ring steps over this connection
+    // (fusedStepBytes(); the transport's side is Transfer::source and hold).
+    bool fusedSteps = true;
+    // From LOOM_SHM_FIFO_BYTES, LOOM_SHM_SINGLE_COPY_MIN and LOOM_SHM_FUSED_STEPS.
     static Options fromSettings();
   };
 
@@ -96,6 +99,11 @@ class ShmConnection final : public Connection {
   int peer() const override { return peer_; }
   const char* kind() const override { return "shm"; }
   bool moves(MemoryType m) const override { return m != MemoryType::kDevice; }
+  bool produces() const override { return true; }
+  // Up to half of the smaller FIFO, less a slot: a rank's inbox then holds
+  // the message it folds and the next one in full. 0 without
+  // Options::fusedSteps.
+  size_t fusedStepBytes() const override;
   Status progress() override;
   void pollFds(std::vector<pollfd>* fds) const override;
   bool idle() const override { return sends_.empty() && recvs_.empty(); }
@@ -113,6 +121,7 @@ class ShmConnection final : public Connection {
   // Counters for tests and logs.
   uint64_t wakeupsSent() const { return wakeupsSent_; }
   uint64_t singleCopySends() const { return singleCopySends_; }
+  uint64_t producedSends() const { return producedSends_; }  // Transfer::source
   // Whether copies into the peer's FIFO ever ran slowly enough to stream
   // (then hinted messages were copied, not sent single-copy).
   bool streamedOnce() const { return streamedOnce_; }
@@ -141,6 +150,7 @@ class ShmConnection final : public Connection {
   Status fail(Status s);
   Status checkState(const char* what) const;
   Status loadHead();
+  size_t pieceOf(const SendMsg& m) const;
   void fillSlot(SendMsg& m, SlotDesc& d);
   Status moveSends();
   Status moveRecvs();
@@ -190,6 +200,7 @@ class ShmConnection final : public Connection {
   std::string goneReason_;
   uint64_t wakeupsSent_ = 0;
   uint64_t singleCopySends_ = 0;
+  uint64_t producedSends_ = 0;
   HandoffPolicy handoff_;  // how pieces are copied into the peer's inbox
   bool streamedOnce_ = false;  // it switched to streaming (logged once, at INFO)
   Status error_;  // sticky

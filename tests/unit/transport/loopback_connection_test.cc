@@ -41,6 +41,22 @@ TEST(Loopback, MatchesSendsWithReceivesInOrder) {
   EXPECT_TRUE(fds.empty());
 }
 
+// Only a connection that produces() takes a send from a producer.
+TEST(Loopback, SendFromAProducerIsRefused) {
+  struct NoSource final : Source {
+    size_t ready() const override { return 4; }
+    void produce(size_t, void*, size_t) override { ADD_FAILURE() << "produce called"; }
+  } source;
+  LoopbackConnection c(0);
+  EXPECT_FALSE(c.produces());
+  EXPECT_EQ(c.fusedStepBytes(), 0u);
+  uint32_t out = 1;
+  Transfer s{&out, 4};
+  s.source = &source;
+  Status st = c.postSend(&s);
+  EXPECT_EQ(st.code(), Code::kInvalidUsage) << st.toString();
+}
+
 TEST(Loopback, ReceivePostedFirstWaitsForSend) {
   LoopbackConnection c(0);
   uint32_t in = 0, out = 0xdeadbeef;

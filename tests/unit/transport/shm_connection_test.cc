@@ -269,6 +269,105 @@ TEST(Shm, HeldReceiveLargerThanTheFifoCompletesWithReleasesAlongTheWay) {
   EXPECT_EQ(got, out);
 }
 
+// A message short enough to travel in its slot's descriptor: a held
+// receive's sink gets a pointer into the inbox, valid until release (not a
+// copy on the receiver's stack).
+TEST(Shm, HeldInlineMessageStaysValidUntilReleased) {
+  Pair p = pairOrDie(smallFifo(0), smallFifo(0));
+  ASSERT_TRUE(p.a && p.b);
+  std::vector<uint8_t> message(16), unused(16), next(16), in(16);
+  transport::testing::fillPattern(message.data(), message.size(), 4, 0);
+  transport::testing::fillPattern(next.data(), next.size(), 5, 0);
+  LaterSink sink;
+  Transfer s{message.data(), message.size()}, r{unused.data(), unused.size()};
+  r.sink = &sink;
+  r.hold = true;
+  ASSERT_TRUE(p.a->postSend(&s).isOk());
+  ASSERT_TRUE(p.b->postRecv(&r).isOk());
+  progressUntilDone(p, s, r);
+  // More traffic through both ends (other stack frames), then the piece.
+  Transfer s2{next.data(), next.size()}, r2{in.data(), in.size()};
+  ASSERT_TRUE(p.a->postSend(&s2).isOk());
+  ASSERT_TRUE(p.b->postRecv(&r2).isOk());
+  progressUntilDone(p, s2, r2);
+  ASSERT_EQ(sink.pieces.size(), 1u);
+  EXPECT_TRUE(sink.intact(message));
+  EXPECT_EQ(in, next);
+  ASSERT_TRUE(p.b->release(&r).isOk());
+}
+
+// A producer whose bytes become ready when the test says so.
+struct GatedSource final : Source {
+  std::vector<uint8_t> message;
+  size_t available = 0;
+  std::vector<std::pair<size_t, size_t>> calls;  // (offset, bytes)
+  size_t ready() const override { return available; }
+  void produce(size_t offset, void* to, size_t n) override {
+    calls.emplace_back(offset, n);
+    std::memcpy(to, message.data() + offset, n);
+  }
+};
+
+// A produced send publishes a piece only once its source has all of it,
+// writes every piece through the source (never reading `data`), and a
+// waiter is not woken for a piece its source does not have yet.
+TEST(Shm, ProducedSendGoesAsItsSourceHasIt) {
+  Pair p = pairOrDie(smallFifo(0), smallFifo(0));
+  ASSERT_TRUE(p.a && p.b);
+  EXPECT_TRUE(p.a->produces());
+  const size_t slot = p.a->slotBytes();
+  EXPECT_EQ(p.a->fusedStepBytes(), kSmallFifo / 2 - slot);
+  GatedSource source;
+  source.message.resize(3 * slot + 100);
+  transport::testing::fillPattern(source.message.data(), source.message.size(), 6, 0);
+  std::vector<uint8_t> decoy(source.message.size(), 0xee), in(source.message.size());
+  Transfer s{decoy.data(), decoy.size()}, r{in.data(), in.size()};
+  s.source = &source;
+  ASSERT_TRUE(p.a->postSend(&s).isOk());
+  ASSERT_TRUE(p.b->postRecv(&r).isOk());
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(p.a->progress().isOk());
+    ASSERT_TRUE(p.b->progress().isOk());
+  }
+  EXPECT_TRUE(source.calls.empty());
+  EXPECT_EQ(r.progressed, 0u);
+  std::vector<pollfd> fds;
+  p.a->pollFds(&fds);
+  EXPECT_EQ(::poll(fds.data(), fds.size(), 0), 0) << "nothing to do until the source has a piece";
+  ASSERT_TRUE(p.a->progress().isOk());
+  source.available = 2 * slot - 1;  // one whole piece
+  ASSERT_TRUE(p.a->progress().isOk());
+  ASSERT_TRUE(p.b->progress().isOk());
+  EXPECT_EQ(source.calls.size(), 1u);
+  EXPECT_EQ(r.progressed, slot);
+  source.available = source.message.size();
+  progressUntilDone(p, s, r);
+  EXPECT_EQ(in, source.message);
+  const std::vector<std::pair<size_t, size_t>> pieces = {{0, slot}, {slot, slot}, {2 * slot, slot}, {3 * slot, 100}};
+  EXPECT_EQ(source.calls, pieces);
+  EXPECT_EQ(p.a->producedSends(), 1u);
+  // A message that fits its descriptor is produced there.
+  GatedSource tiny;
+  tiny.message = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+  tiny.available = tiny.message.size();
+  std::vector<uint8_t> tinyIn(10);
+  Transfer ts{decoy.data(), 10}, tr{tinyIn.data(), 10};
+  ts.source = &tiny;
+  ASSERT_TRUE(p.a->postSend(&ts).isOk());
+  ASSERT_TRUE(p.b->postRecv(&tr).isOk());
+  progressUntilDone(p, ts, tr);
+  EXPECT_EQ(tinyIn, tiny.message);
+}
+
+TEST(Shm, NoFusedStepsWhenTurnedOff) {
+  Options off = smallFifo(0);
+  off.fusedSteps = false;
+  Pair p = pairOrDie(off, smallFifo(0));
+  ASSERT_TRUE(p.a && p.b);
+  EXPECT_EQ(p.a->fusedStepBytes(), 0u);
+  EXPECT_GT(p.b->fusedStepBytes(), 0u);
+}
+
 TEST(Shm, SizeMismatchIsStickyErrorAndWritesNothing) {
   for (size_t bytes : {size_t(8), size_t(1) << 20}) {
     Pair p = pairOrDie(smallFifo(65536), smallFifo(65536));
