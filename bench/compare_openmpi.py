@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Side-by-side collectives: loom's perf tools against Open MPI.
 
-Runs the two alternately (A B A B ..., --rounds rounds) on the same sizes and
+Runs the two alternately (A B, B A, A B ..., --rounds rounds) on the same sizes and
 rank counts, floats (sum), both timed the nccl-tests way, and prints per size
 the median ratio loom/MPI of bus bandwidth and of time, in-place against
 in-place and out-of-place against out-of-place. Ratios > 1 for busbw (and
@@ -41,6 +41,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+\S+\s+\S+\s+-?\d+\s+(\S+)\s+(\S+)\s+(\S+)\s+\S+\s+(\S+)\s+(\S+)\s+(\S+)\s+\S+\s*$")
@@ -118,7 +119,16 @@ def plot_series(perf_plot, results, inplace=False):
     return series
 
 
+# A launch that starts right after another one ends runs slower on this
+# 2-core host (4 ranks, AllReduce of 64 KiB: the second of two identical
+# loom runs took longer in 5 of 6 pairs, up to 1.7x the first's time; with
+# a second between them, 0.91-1.13x either way). Every launch waits this
+# long first, and the rounds alternate which side goes first.
+SETTLE_S = 1.0
+
+
 def run(cmd, env=None):
+    time.sleep(SETTLE_S)
     p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
     if p.returncode != 0:
         sys.exit("compare_openmpi: command failed (%d): %s\n%s%s" % (p.returncode, " ".join(cmd), p.stdout, p.stderr))
@@ -198,16 +208,23 @@ def main():
             for r in range(args.rounds):
                 loom, mpi = {}, {}
                 for b, e, iters, warm in ranges:
-                    loom.update(parse(run([loomrun, "-n", str(n)] + loom_bind + [perf, "-b", b, "-e", e, "-f", "2", "-n", iters,
-                                           "-w", warm, "-c", "1" if r == 0 else "0", "--time_decimals", "4"]), ROW))
-                    mpi.update(parse(run(["mpirun", "--oversubscribe", "--allow-run-as-root", "-np", str(n)] + mpi_bind + [
-                                          "--mca", "btl", "self,vader", "--mca", "pml", "ob1",
-                                          mpi_exe, "-o", mpi_name, "-b", b, "-e", e, "-f", "2", "-n", iters,
-                                          "-w", warm, "-d", "4"], env=mpi_env), MPI_ROW))
+                    def run_loom():
+                        loom.update(parse(run([loomrun, "-n", str(n)] + loom_bind + [
+                            perf, "-b", b, "-e", e, "-f", "2", "-n", iters, "-w", warm,
+                            "-c", "1" if r == 0 else "0", "--time_decimals", "4"]), ROW))
+                    def run_mpi():
+                        mpi.update(parse(run(["mpirun", "--oversubscribe", "--allow-run-as-root", "-np", str(n)] +
+                                             mpi_bind + ["--mca", "btl", "self,vader", "--mca", "pml", "ob1",
+                                                         mpi_exe, "-o", mpi_name, "-b", b, "-e", e, "-f", "2",
+                                                         "-n", iters, "-w", warm, "-d", "4"], env=mpi_env), MPI_ROW))
+                    # loom first, then Open MPI first: a launch right after
+                    # another runs differently, so neither always goes second.
+                    for step in (run_loom, run_mpi) if r % 2 == 0 else (run_mpi, run_loom):
+                        step()
                 loom_runs.append(loom)
                 mpi_runs.append(mpi)
             results.append((n, [("loom " + coll, loom_runs), ("Open MPI " + coll, mpi_runs)]))
-            print("\n# %s, %d ranks, float%s, %d rounds (A B alternating)%s%s; medians; ratio = loom / Open MPI" %
+            print("\n# %s, %d ranks, float%s, %d rounds (A B, then B A)%s%s; medians; ratio = loom / Open MPI" %
                   (coll, n, " sum" if coll in ("allreduce", "reducescatter") else "", args.rounds,
                    ", hot buffers" if hot else "", {"core": ", ranks bound to cores", "none": ", ranks unbound"}.get(args.bind_to, "")))
             print("#%11s  %9s %9s %7s %7s  %9s %9s %7s %7s" % ("size(B)", "loom oop", "mpi oop", "busbw", "time",
