@@ -433,7 +433,8 @@ Status ShmConnection::moveRecvs() {
     if (d.kind != uint32_t(SlotKind::kPull)) {
       // Inline data is read where it lies (a held receive's sink keeps the
       // pointer); its size is the checked copy's.
-      const uint8_t* src = d.kind == uint32_t(SlotKind::kInline) ? h->desc[head_ % kSlots].inlineData : mine_.slot(head_);
+      const uint8_t* src =
+          d.kind == uint32_t(SlotKind::kInline) ? h->desc[head_ % kSlots].inlineData : mine_.slot(head_);
       if (m.t->sink != nullptr) {
         // Slot pieces start at multiples of the slot size (whole pages).
         if (d.pieceBytes > 0) m.t->sink->consume(m.received, src, d.pieceBytes);
