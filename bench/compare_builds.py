@@ -17,12 +17,19 @@ one build can be compared with itself, e.g. the cost of deterministic mode:
   bench/compare_builds.py --a build --b build --b-env LOOM_DETERMINISTIC=1 \
       --ranks 2,4 --sizes 8,64K,1M,16M
 
+--a-launch / --b-launch give a side loomrun options, e.g. how ranks that
+outnumber the cores are placed:
+
+  bench/compare_builds.py --a build --b build --a-launch="--bind-to none" \
+      --ranks 4,8 --sizes 8,64K,1M,16M
+
 --plot FILE.png also draws the medians (tools/perf/perf_plot.py): busbw and
 time against size, A and B per rank count (out-of-place, or in-place with
 --plot-inplace); needs matplotlib (python3-matplotlib).
 """
 import argparse
 import os
+import shlex
 import statistics
 import sys
 
@@ -36,6 +43,8 @@ def main():
     ap.add_argument("--b", required=True, help="build directory of the change")
     ap.add_argument("--a-env", default="", help="KEY=VALUE,... set for A's runs")
     ap.add_argument("--b-env", default="", help="KEY=VALUE,... set for B's runs")
+    ap.add_argument("--a-launch", default="", help="loomrun options for A's runs, e.g. '--bind-to none'")
+    ap.add_argument("--b-launch", default="", help="loomrun options for B's runs")
     ap.add_argument("--ranks", default="2,4")
     ap.add_argument("--sizes", default="8,64K,1M,64M")
     ap.add_argument("-n", default="50", help="timed iterations per size")
@@ -58,6 +67,7 @@ def main():
             k, v = item.split("=", 1)
             env[k] = v
         envs[key] = env
+    launch = {"A": shlex.split(args.a_launch), "B": shlex.split(args.b_launch)}
     sizes = [parse_size(s) for s in args.sizes.split(",")]
     results = []
     for n in [int(x) for x in args.ranks.split(",")]:
@@ -71,7 +81,7 @@ def main():
                 build = builds[key]
                 rows = {}
                 for size in sizes:
-                    rows.update(parse(run([os.path.join(build, "bin", "loomrun"), "-n", str(n),
+                    rows.update(parse(run([os.path.join(build, "bin", "loomrun"), "-n", str(n)] + launch[key] + [
                                            os.path.join(build, "bin", "all_reduce_perf"), "-b", str(size),
                                            "-e", str(size), "-n", args.n, "-w", args.w,
                                            "-c", "1" if r == 0 else "0"], env=envs[key]), ROW))
@@ -92,8 +102,8 @@ def main():
                 size, med("A", "oop_us"), med("B", "oop_us"), ratio("oop_bus"), ratio("oop_us"),
                 med("A", "ip_us"), med("B", "ip_us"), ratio("ip_bus"), ratio("ip_us")))
     if perf_plot:
-        title = "AllReduce float sum, medians of %d rounds: A = %s %s, B = %s %s" % (
-            args.rounds, args.a, args.a_env, args.b, args.b_env)
+        title = "AllReduce float sum, medians of %d rounds: A = %s %s %s, B = %s %s %s" % (
+            args.rounds, args.a, args.a_env, args.a_launch, args.b, args.b_env, args.b_launch)
         perf_plot.draw(plot_series(perf_plot, results, args.plot_inplace), args.plot, args.plot_inplace, title)
         print("# wrote %s" % args.plot)
 
