@@ -177,8 +177,8 @@ def main():
     ap.add_argument("--plot-inplace", action="store_true", help="draw the in-place columns")
     ap.add_argument("--bind-to", choices=["default", "none", "core"], default="default",
                     help="default: each launcher's own placement (loomrun: ranks that fit on the cores get "
-                    "equal shares of them; mpirun: 2 ranks get a core each; on this 2-core host both "
-                    "bind 2 ranks to a core each and leave more to the kernel); core: both bind rank r to core r %% cores "
+                    "equal shares of them, more are spread as with core; mpirun: 2 ranks get a core each, "
+                    "more are left to the kernel); core: both bind rank r to core r %% cores "
                     "(loomrun --bind-to core, mpirun --bind-to core:overload-allowed), which spreads more "
                     "ranks than cores evenly; none: the kernel places every rank of both")
     args = ap.parse_args()

@@ -264,7 +264,8 @@ TEST(CpusPerRank, SharesCoresEquallyWhenRanksFitAndWrapsForCore) {
   EXPECT_EQ(cpusPerRank(Binding::kShare, smt, 2), (Sets{{0, 4, 1, 5}, {2, 6, 3, 7}}));
   EXPECT_EQ(cpusPerRank(Binding::kShare, smt, 3), (Sets{{0, 4}, {1, 5}, {2, 6, 3, 7}}));
   EXPECT_EQ(cpusPerRank(Binding::kShare, smt, 4), (Sets{{0, 4}, {1, 5}, {2, 6}, {3, 7}}));
-  EXPECT_EQ(cpusPerRank(Binding::kShare, smt, 5), Sets(5));  // more ranks than cores: unbound
+  // More ranks than cores: spread as --bind-to core does.
+  EXPECT_EQ(cpusPerRank(Binding::kShare, smt, 5), (Sets{{0, 4}, {1, 5}, {2, 6}, {3, 7}, {0, 4}}));
   EXPECT_EQ(cpusPerRank(Binding::kShare, smt, 1), Sets(1));  // one rank: its share is everything
   EXPECT_EQ(cpusPerRank(Binding::kCore, smt, 5), (Sets{{0, 4}, {1, 5}, {2, 6}, {3, 7}, {0, 4}}));
   EXPECT_EQ(cpusPerRank(Binding::kNone, smt, 2), Sets(2));
@@ -275,7 +276,8 @@ TEST(CpusPerRank, SharesCoresEquallyWhenRanksFitAndWrapsForCore) {
 
 // The default (share), end to end: ranks that fit on the cores get
 // disjoint shares of them, equal to a core, together all of loomrun's CPUs;
-// one rank, or more ranks than cores, run anywhere.
+// one rank runs anywhere; more ranks than cores are spread as with
+// --bind-to core (which BindToCoreSpreadsRanksOverTheAllowedCores checks).
 TEST_F(LoomrunTest, ByDefaultRanksThatFitGetEqualSharesOfTheCores) {
   setenv("LOOM_DEVICE", "host", 1);  // on a GPU host the default leaves GPU ranks unbound
   const std::set<int> allowed = allowedCpus();
@@ -292,8 +294,12 @@ TEST_F(LoomrunTest, ByDefaultRanksThatFitGetEqualSharesOfTheCores) {
   const int ncores = int(cores.size());
   for (int n : {1, 2, 3, ncores, ncores + 1}) {
     const std::vector<std::set<int>> sets = rankCpuSets(dir_ / ("n" + std::to_string(n)), n, {});
-    if (n < 2 || n > ncores) {
-      for (const auto& s : sets) EXPECT_EQ(s, allowed) << n << " ranks on " << ncores << " cores: not bound";
+    if (n < 2) {
+      for (const auto& s : sets) EXPECT_EQ(s, allowed) << "one rank: not bound";
+      continue;
+    }
+    if (n > ncores) {
+      EXPECT_EQ(sets, rankCpuSets(dir_ / "core", n, {"--bind-to", "core"})) << n << " ranks on " << ncores << " cores";
       continue;
     }
     std::set<int> all;

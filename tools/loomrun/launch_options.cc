@@ -94,9 +94,10 @@ and stdin from /dev/null.
                      use, rank r runs on its own share of them, cores r*C/N to
                      (r+1)*C/N - 1 (a core: all of its hardware threads; a package's
                      cores side by side), so no two ranks meet on a CPU and each rank's
-                     thread pools size themselves to its share. The kernel places the
-                     ranks when they outnumber the cores, and on a host with an NVIDIA
-                     GPU unless LOOM_DEVICE=host (a GPU rank belongs near its GPU)
+                     thread pools size themselves to its share. More ranks than cores
+                     are spread as with core. The kernel places the ranks on a host
+                     with an NVIDIA GPU unless LOOM_DEVICE=host (a GPU rank belongs
+                     near its GPU)
   --bind-to core     run rank r on core r % C (in the order above): ranks spread evenly,
                      also when they outnumber the cores
   --bind-to none     the kernel places every rank
