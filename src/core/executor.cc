@@ -286,6 +286,8 @@ PlanRunner::PlanRunner(const Plan* plan, std::vector<std::byte*> buffers, kernel
       if (s.out.valid()) written += s.bytes;
   streamOutput_ = !device_ && written >= outConfig_.streamingMinBytes;
   if (streamOutput_) outConfig_.streamingMinBytes = 0;
+  const std::string_view algorithm = plan_->algorithm;
+  fusable_ = !device_ && (algorithm == "ring" || algorithm == "chain");
   layoutStreams();
 }
 
@@ -530,13 +532,7 @@ bool PlanRunner::startStep(const Step& step, StreamState& st, Status* error) {
       st.recv.hold = device_ != nullptr;
     }
   }
-  *error = attachRegion(*c, st.recv);
-  if (error->isOk()) *error = c->postRecv(&st.recv);
-  if (error->isOk()) *error = c->progress();
-  if (!error->isOk()) {
-    failedPeer_ = step.recvPeer;
-    return false;
-  }
+  if (!postReceive(step.recvPeer, *c, st.recv, error)) return false;
   st.phase = Phase::kReceiving;
   return true;
 }
@@ -557,9 +553,7 @@ bool PlanRunner::fuses(const Step& step, const StreamState& st) const {
   // context switches; of 16 MiB: 512 KiB messages, 0.67x).
   constexpr size_t kKeepingMinBytes = size_t(512) << 10;
   if (step.out.valid() && step.bytes < kKeepingMinBytes) return false;
-  if (device_ || step.sendPeer < 0 || step.recvPeer < 0 || !step.fanIn.empty() || st.singleCopy) return false;
-  const std::string_view algorithm = plan_->algorithm;
-  if (algorithm != "ring" && algorithm != "chain") return false;
+  if (!fusable_ || step.sendPeer < 0 || step.recvPeer < 0 || !step.fanIn.empty() || st.singleCopy) return false;
   if (landsInSlot(step) && st.slotBytes < step.bytes) return false;
   if (step.out.valid()) {
     const std::byte* out = ptr(step.out);
@@ -605,29 +599,11 @@ bool PlanRunner::startFused(const Step& step, StreamState& st, Status* error) {
   st.fusing = true;
   st.phase = Phase::kReceiving;
   Connection* in = conn(st, step.recvPeer);
-  *error = attachRegion(*in, st.recv);
-  if (error->isOk()) *error = in->postRecv(&st.recv);
-  if (!error->isOk()) {
-    failedPeer_ = step.recvPeer;
-    return false;
-  }
   Connection* out = conn(st, step.sendPeer);
-  *error = out->postSend(&st.fusedSend);
-  if (!error->isOk()) {
-    failedPeer_ = step.sendPeer;
-    return false;
-  }
-  *error = in->progress();
-  if (!error->isOk()) {
-    failedPeer_ = step.recvPeer;
-    return false;
-  }
-  *error = out->progress();
-  if (!error->isOk()) {
-    failedPeer_ = step.sendPeer;
-    return false;
-  }
-  return true;
+  Status attached = attachRegion(*in, st.recv);
+  return succeeded(step.recvPeer, attached.isOk() ? in->postRecv(&st.recv) : attached, error) &&
+         succeeded(step.sendPeer, out->postSend(&st.fusedSend), error) &&
+         succeeded(step.recvPeer, in->progress(), error) && succeeded(step.sendPeer, out->progress(), error);
 }
 
 Result<bool> PlanRunner::finishFused(const Step& step, StreamState& st) {
@@ -652,6 +628,13 @@ Result<bool> PlanRunner::finishFused(const Step& step, StreamState& st) {
   return true;
 }
 
+bool PlanRunner::postReceive(int peer, Connection& c, Transfer& t, Status* error) {
+  Status s = attachRegion(c, t);
+  if (s.isOk()) s = c.postRecv(&t);
+  if (s.isOk()) s = c.progress();
+  return succeeded(peer, std::move(s), error);
+}
+
 // Posts every receive of a fan-in step at once, each into a slot of its own
 // (they are folded together once all have arrived).
 bool PlanRunner::startFanIn(const Step& step, StreamState& st, Status* error) {
@@ -665,14 +648,7 @@ bool PlanRunner::startFanIn(const Step& step, StreamState& st, Status* error) {
     t.data = slot(st, st.fanSlots[k]);
     t.bytes = step.bytes;
     t.memory = memoryOf(st, slot(st, st.fanSlots[k]));
-    Connection* c = conn(st, step.fanIn[k]);
-    *error = attachRegion(*c, t);
-    if (error->isOk()) *error = c->postRecv(&t);
-    if (error->isOk()) *error = c->progress();
-    if (!error->isOk()) {
-      failedPeer_ = step.fanIn[k];
-      return false;
-    }
+    if (!postReceive(step.fanIn[k], *conn(st, step.fanIn[k]), t, error)) return false;
   }
   st.phase = Phase::kReceiving;
   return true;

@@ -260,6 +260,16 @@ class PlanRunner {
   // no result; else in the output.
   static bool landsInSlot(const Step& step) { return step.reduce || !step.out.valid(); }
   bool startFused(const Step& step, StreamState& st, Status* error);
+  // Notes the peer whose connection failed with `s` and returns its
+  // success (for the start functions, which report through *error).
+  bool succeeded(int peer, Status s, Status* error) {
+    *error = std::move(s);
+    if (error->isOk()) return true;
+    failedPeer_ = peer;
+    return false;
+  }
+  // Attaches, posts and progresses receive `t` from `peer` over `c`.
+  bool postReceive(int peer, transport::Connection& c, transport::Transfer& t, Status* error);
   // True once the fused step's send is written and its receive released.
   Result<bool> finishFused(const Step& step, StreamState& st);
   Status compute(const Step& step, StreamState& st);
@@ -320,6 +330,8 @@ class PlanRunner {
   // stores first read every line they fill.
   kernels::CpuKernelConfig outConfig_;
   bool streamOutput_ = false;
+  // A host ring or chain: its steps may fuse (fuses()). Set from the plan.
+  bool fusable_ = false;
   // outConfig_ for a step's result in a user buffer, unless the step sends
   // it on: the send then finds it in this core's cache.
   const kernels::CpuKernelConfig& resultConfig(const Step& s) const {
