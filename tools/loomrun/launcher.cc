@@ -201,8 +201,8 @@ std::vector<std::vector<int>> cpusPerRank(LaunchOptions::Binding binding, const 
   // More ranks than cores: the default spreads them as --bind-to core does.
   // Left to the kernel, they started crowded and moved between the cores
   // (2 cores, AllReduce on 4 and 8 ranks: 1.5-2x the time at 1 MiB, about
-  // 1.2-1.6x at 8 B, and from launch to launch 2 to 5 ms at 1 MiB on 8
-  // ranks where bound they took 1.9 to 2.5).
+  // 1.2-1.6x at 8 B; at 1 MiB on 8 ranks 2.3 to 11 ms per call from
+  // launch to launch, where bound they mostly took 1.9 to 2.7).
   const bool spread = binding == LaunchOptions::Binding::kCore || (binding == LaunchOptions::Binding::kShare && n > c);
   if (spread) {
     for (size_t r = 0; r < n; ++r) out[r] = cores[r % c];
