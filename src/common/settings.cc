@@ -55,7 +55,8 @@ constexpr Spec kTable[] = {
     {"NCCL_MAX_NCHANNELS", T::kInt, "32", "COLL",
      "Channels a communicator uses at most (see NCCL_MIN_NCHANNELS)."},
     {"LOOM_LATENCY_PATH", T::kBool, "1", "TUNING",
-     "1: collectives small enough (up to 64 KiB per rank) on communicators whose ranks all share "
+     "1: collectives small enough (up to 128 KiB per rank on up to 4 ranks, 4 MiB / (8 x ranks) "
+     "from 5, 64 KiB per rank for AllGather) on communicators whose ranks all share "
      "one host run on a shared-memory board in the calling thread, one exchange with no system "
      "call, when the cost model picks the direct algorithm. 0: they run like larger ones."},
     {"LOOM_DETERMINISTIC", T::kBool, "0", "TUNING",
