@@ -45,6 +45,12 @@ constexpr Spec kTable[] = {
     {"LOOM_SOCKETS_PER_PEER", T::kInt, "2", "NET",
      "TCP sockets per connection (one connection per peer and channel); messages of at least "
      "LOOM_SOCKET_STRIPE_MIN bytes are striped over all of them (1..16)."},
+    {"NCCL_SOCKET_NTHREADS", T::kInt, "1", "NET",
+     "NCCL's socket threads per connection. Loom runs no threads for sockets: unless "
+     "LOOM_SOCKETS_PER_PEER is set, NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD (either set; "
+     "at most 16) is the number of TCP sockets per connection, as in NCCL."},
+    {"NCCL_NSOCKS_PERTHREAD", T::kInt, "1", "NET",
+     "NCCL's sockets per socket thread (see NCCL_SOCKET_NTHREADS)."},
     {"LOOM_SOCKET_STRIPE_MIN", T::kInt, "65536", "NET",
      "Smallest message (bytes) that is striped over several sockets."},
 

@@ -77,7 +77,15 @@ CommOptions CommOptions::fromSettings() {
   auto cfg = settings::current();
   CommOptions o;
   o.blocking = cfg->getInt("NCCL_COMM_BLOCKING") != 0;
-  o.link.socketsPerPeer = int(std::clamp<int64_t>(cfg->getInt("LOOM_SOCKETS_PER_PEER"), 1, 16));
+  // NCCL's way of asking for more sockets (threads x sockets per thread)
+  // counts where loom's own is not given.
+  int64_t sockets = cfg->getInt("LOOM_SOCKETS_PER_PEER");
+  if (!cfg->isSet("LOOM_SOCKETS_PER_PEER") &&
+      (cfg->isSet("NCCL_SOCKET_NTHREADS") || cfg->isSet("NCCL_NSOCKS_PERTHREAD"))) {
+    sockets = std::max<int64_t>(cfg->getInt("NCCL_SOCKET_NTHREADS"), 1) *
+              std::max<int64_t>(cfg->getInt("NCCL_NSOCKS_PERTHREAD"), 1);
+  }
+  o.link.socketsPerPeer = int(std::clamp<int64_t>(sockets, 1, 16));
   o.link.stripeMin = size_t(std::max<int64_t>(cfg->getInt("LOOM_SOCKET_STRIPE_MIN"), 4096));
   int64_t chunk = cfg->getInt("LOOM_CHUNK_BYTES");
   if (chunk > 0) {

@@ -42,6 +42,24 @@ TEST(CommOptions, NetworkSliceIsSmallerUnlessTheChunkIsSet) {
   }
 }
 
+TEST(CommOptions, SocketsPerPeerFromLoomOrNcclSettings) {
+  EXPECT_EQ(CommOptions::fromSettings().link.socketsPerPeer, 2);
+  {
+    Env threads("NCCL_SOCKET_NTHREADS", "4");
+    EXPECT_EQ(CommOptions::fromSettings().link.socketsPerPeer, 4);
+    Env perThread("NCCL_NSOCKS_PERTHREAD", "3");
+    EXPECT_EQ(CommOptions::fromSettings().link.socketsPerPeer, 12);
+    Env many("NCCL_SOCKET_NTHREADS", "8");  // 24 sockets: capped
+    EXPECT_EQ(CommOptions::fromSettings().link.socketsPerPeer, 16);
+    Env loom("LOOM_SOCKETS_PER_PEER", "5");  // loom's own wins
+    EXPECT_EQ(CommOptions::fromSettings().link.socketsPerPeer, 5);
+  }
+  {
+    Env perThread("NCCL_NSOCKS_PERTHREAD", "0");  // NCCL's minimum is 1
+    EXPECT_EQ(CommOptions::fromSettings().link.socketsPerPeer, 1);
+  }
+}
+
 // Two ranks as threads: over shared memory the host slice, over TCP the
 // network one and the short spin.
 void initPair(std::vector<std::unique_ptr<Communicator>>* comms) {
