@@ -158,6 +158,12 @@ constexpr Spec kTable[] = {
      "Verbs local ACK timeout exponent (4.096 us x 2^value per try), 1 .. 31. With NCCL_IB_RETRY_CNT it "
      "bounds how long a dead peer or a lost link goes unnoticed."},
     {"NCCL_IB_RETRY_CNT", T::kInt, "7", "NET", "Verbs transport retries before a send fails, 0 .. 7."},
+    {"NCCL_IB_SL", T::kInt, "0", "NET",
+     "InfiniBand service level of the verbs queue pairs, 0 .. 15 (the fabric maps it to a virtual "
+     "lane). RoCE packets carry none: NCCL_IB_TC is RoCE's class of service."},
+    {"NCCL_IB_TC", T::kInt, "0", "NET",
+     "RoCE traffic class of the verbs queue pairs, 0 .. 255: the DSCP (upper six bits) and ECN bits "
+     "of their packets, which select the switch queue (for example a lossless one)."},
     {"NCCL_IB_QPS_PER_CONNECTION", T::kInt, "1", "NET",
      "Queue pairs per verbs connection, 1 .. 16; a message's FIFO slots go round-robin over them."},
     {"LOOM_IB_GPUDIRECT", T::kBool, "0", "NET",

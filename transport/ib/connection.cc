@@ -61,6 +61,8 @@ IbConnection::Options IbConnection::Options::fromSettings() {
   o.fifoBytes = size_t(std::clamp<int64_t>(cfg->getInt("LOOM_IB_FIFO_BYTES"), 8192, int64_t(256) << 20));
   o.timeout = clampInt(cfg->getInt("NCCL_IB_TIMEOUT"), 1, 31);
   o.retryCount = clampInt(cfg->getInt("NCCL_IB_RETRY_CNT"), 0, 7);
+  o.serviceLevel = clampInt(cfg->getInt("NCCL_IB_SL"), 0, 15);
+  o.trafficClass = clampInt(cfg->getInt("NCCL_IB_TC"), 0, 255);
   o.gpuDirect = gpuDirectWhyNot().empty();
   return o;
 }
@@ -206,9 +208,10 @@ Status IbConnection::attach(const IbEndpoint& peer) {
     a.min_rnr_timer = 12;
     a.ah_attr.port_num = uint8_t(port_.port);
     a.ah_attr.dlid = peer.lid;
-    a.ah_attr.sl = 0;
+    a.ah_attr.sl = uint8_t(options_.serviceLevel);
     if (port_.ethernet) {
       a.ah_attr.is_global = 1;
+      a.ah_attr.grh.traffic_class = uint8_t(options_.trafficClass);
       std::memcpy(a.ah_attr.grh.dgid.raw, peer.gid, sizeof peer.gid);
       a.ah_attr.grh.sgid_index = uint8_t(port_.gidIndex);
       a.ah_attr.grh.hop_limit = 255;
@@ -235,8 +238,17 @@ Status IbConnection::attach(const IbEndpoint& peer) {
   }
   attached_ = true;
   lastHeard_ = Clock::now();
-  LOOM_INFO(log::kNet, "verbs connection %s ready: %zu queue pair(s), MTU code %d, FIFO %u x %u bytes", where().c_str(),
-            qps_.size(), int(mtu), kSlots, slotStride_);
+  // The class of service as the device holds it (what NCCL_IB_SL and
+  // NCCL_IB_TC asked for, where it took them).
+  ibv_qp_attr held{};
+  ibv_qp_init_attr init{};
+  std::string service = "service level ?, traffic class ?";
+  if (v->queryQp(qps_[0], &held, IBV_QP_AV, &init) == 0) {
+    service = "service level " + std::to_string(held.ah_attr.sl) + ", traffic class " +
+              (port_.ethernet ? std::to_string(held.ah_attr.grh.traffic_class) : std::string("none (InfiniBand)"));
+  }
+  LOOM_INFO(log::kNet, "verbs connection %s ready: %zu queue pair(s), MTU code %d, %s, FIFO %u x %u bytes",
+            where().c_str(), qps_.size(), int(mtu), service.c_str(), kSlots, slotStride_);
   return Status::ok();
 }
 

@@ -87,6 +87,8 @@ class IbConnection final : public Connection {
     size_t fifoBytes = 1 << 20;  // LOOM_IB_FIFO_BYTES
     int timeout = 20;            // NCCL_IB_TIMEOUT
     int retryCount = 7;          // NCCL_IB_RETRY_CNT
+    int serviceLevel = 0;        // NCCL_IB_SL
+    int trafficClass = 0;        // NCCL_IB_TC (RoCE: the GRH's; InfiniBand routes without one)
     double probeAfterS = 1;      // quiet time before a liveness probe
     bool gpuDirect = false;      // LOOM_IB_GPUDIRECT, where gpuDirectWhyNot() is ""
     static Options fromSettings();

@@ -54,6 +54,7 @@ Loaded load() {
   LOOM_VERBS_SYMBOL(ackCqEvents, ibv_ack_cq_events);
   LOOM_VERBS_SYMBOL(createQp, ibv_create_qp);
   LOOM_VERBS_SYMBOL(modifyQp, ibv_modify_qp);
+  LOOM_VERBS_SYMBOL(queryQp, ibv_query_qp);
   LOOM_VERBS_SYMBOL(destroyQp, ibv_destroy_qp);
   LOOM_VERBS_SYMBOL(getAsyncEvent, ibv_get_async_event);
   LOOM_VERBS_SYMBOL(ackAsyncEvent, ibv_ack_async_event);

@@ -37,6 +37,7 @@ struct Verbs {
   decltype(&::ibv_ack_cq_events) ackCqEvents;
   decltype(&::ibv_create_qp) createQp;
   decltype(&::ibv_modify_qp) modifyQp;
+  decltype(&::ibv_query_qp) queryQp;
   decltype(&::ibv_destroy_qp) destroyQp;
   decltype(&::ibv_get_async_event) getAsyncEvent;
   decltype(&::ibv_ack_async_event) ackAsyncEvent;

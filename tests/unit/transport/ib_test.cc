@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <utility>
+
 #include "common/settings.h"
 
 #include "transport/ib/connection.h"
@@ -118,6 +120,26 @@ TEST(IbBackend, SaysWhyWithoutAPort) {
   auto half = backend().listen(1, &endpoint);
   ASSERT_FALSE(half.isOk());
   EXPECT_NE(half.status().message().find("no usable verbs port"), std::string::npos) << half.status().message();
+}
+
+// The class of service: NCCL's settings, kept within what verbs takes.
+TEST(IbConnectionOptions, ServiceLevelAndTrafficClassFromNcclSettings) {
+  IbConnection::Options d = IbConnection::Options::fromSettings();
+  EXPECT_EQ(d.serviceLevel, 0);
+  EXPECT_EQ(d.trafficClass, 0);
+  auto with = [](const char* sl, const char* tc) {
+    ::setenv("NCCL_IB_SL", sl, 1);
+    ::setenv("NCCL_IB_TC", tc, 1);
+    settings::reload();
+    IbConnection::Options o = IbConnection::Options::fromSettings();
+    ::unsetenv("NCCL_IB_SL");
+    ::unsetenv("NCCL_IB_TC");
+    settings::reload();
+    return std::make_pair(o.serviceLevel, o.trafficClass);
+  };
+  EXPECT_EQ(with("3", "106"), std::make_pair(3, 106));
+  EXPECT_EQ(with("16", "256"), std::make_pair(15, 255));
+  EXPECT_EQ(with("-1", "-5"), std::make_pair(0, 0));
 }
 
 // GPUDirect is off unless asked for, and asked for it still says why it
