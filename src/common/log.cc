@@ -101,6 +101,10 @@ void initLocked() {
     std::fprintf(gFile, "%s:%d:%ld [%d] NCCL INFO NCCL version %s+loom%s\n", gHost, getpid(),
                  long(syscall(SYS_gettid)), tRank, LOOM_NCCL_VERSION_STRING, LOOM_VERSION_STRING);
   }
+  if (first && lvl >= Level::kInfo && !cfg->unused().empty()) {
+    std::fprintf(gFile, "%s:%d:%ld [%d] NCCL INFO settings: loom does not read %s (set here; loom-info -s lists "
+                 "what it reads)\n", gHost, getpid(), long(syscall(SYS_gettid)), tRank, cfg->unused().c_str());
+  }
   if (!cfg->warnings().empty() && lvl >= Level::kWarn) {
     std::fprintf(gFile, "%s:%d:%ld [%d] NCCL WARN settings: %s\n", gHost, getpid(),
                  long(syscall(SYS_gettid)), tRank, cfg->warnings().c_str());

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <sstream>
 #include <mutex>
+#include <set>
 
 namespace loom::settings {
 namespace {
@@ -319,12 +320,24 @@ std::shared_ptr<const Config> load() {
     if (home && *home) file = readConfFile(std::string(home) + "/.nccl.conf");
     if (file.empty()) file = readConfFile("/etc/nccl.conf");
   }
-  return build([](const char* name) { return std::getenv(name); }, file);
+  std::vector<std::string> envNames;
+  for (char** e = environ; e && *e; ++e) {
+    const std::string_view entry(*e);
+    if (entry.rfind("NCCL_", 0) == 0) envNames.emplace_back(entry.substr(0, entry.find('=')));
+  }
+  return build([](const char* name) { return std::getenv(name); }, file, envNames);
 }
 
 std::shared_ptr<const Config> build(const std::function<const char*(const char*)>& envLookup,
-                                    const std::map<std::string, std::string>& file) {
+                                    const std::map<std::string, std::string>& file,
+                                    const std::vector<std::string>& envNames) {
   auto cfg = std::make_shared<Config>();
+  std::set<std::string> unused;
+  for (const std::string& name : envNames)
+    if (name.rfind("NCCL_", 0) == 0 && !find(name)) unused.insert(name);
+  for (const auto& [name, value] : file)
+    if (name.rfind("NCCL_", 0) == 0 && !find(name)) unused.insert(name);
+  for (const std::string& name : unused) cfg->unused_ += (cfg->unused_.empty() ? "" : ", ") + name;
   for (const Spec& spec : kTable) {
     Config::Value v;
     v.type = spec.type;

@@ -14,6 +14,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace loom::settings {
 
@@ -50,10 +51,15 @@ class Config {
   Source source(std::string_view name) const;
   // Problems found while reading (bad numbers...), already logged once.
   const std::string& warnings() const { return warnings_; }
+  // NCCL_* names given (environment or conf file) that loom does not read,
+  // sorted, ", "-separated: logged at INFO, so that a user who tunes loom
+  // like NCCL sees which knobs do nothing here.
+  const std::string& unused() const { return unused_; }
 
  private:
   friend std::shared_ptr<const Config> build(const std::function<const char*(const char*)>& env,
-                                             const std::map<std::string, std::string>& file);
+                                             const std::map<std::string, std::string>& file,
+                                             const std::vector<std::string>& envNames);
   struct Value {
     std::string text;
     int64_t number = 0;
@@ -63,6 +69,7 @@ class Config {
   const Value& lookup(std::string_view name, Type type) const;
   std::map<std::string, Value, std::less<>> values_;
   std::string warnings_;
+  std::string unused_;
 };
 
 // The process-wide snapshot, read on first use. Cheap to call.
@@ -76,9 +83,11 @@ std::shared_ptr<const Config> load();
 // fuzzing. parseConf: NAME=VALUE lines, '#' starts a comment line, blanks
 // trimmed, lines without '=' ignored. build: a snapshot from an environment
 // lookup (null: unset) and conf-file values; bad numbers fall back to the
-// default with a warning.
+// default with a warning; `envNames` (the environment's names, where known)
+// and the file's keys give unused().
 std::map<std::string, std::string> parseConf(std::string_view text);
 std::shared_ptr<const Config> build(const std::function<const char*(const char*)>& env,
-                                    const std::map<std::string, std::string>& file);
+                                    const std::map<std::string, std::string>& file,
+                                    const std::vector<std::string>& envNames = {});
 
 }  // namespace loom::settings

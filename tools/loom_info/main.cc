@@ -16,6 +16,11 @@
 #include <loom/version.h>
 
 #include "build_info.h"
+#include "device/device.h"
+#include "transport/registry.h"
+#if LOOM_HAVE_VERBS
+#include "transport/ib/transport.h"
+#endif
 #include "flight.h"
 #include "plans.h"
 #include "common/settings.h"
@@ -94,11 +99,38 @@ int main(int argc, char** argv) {
   std::printf("build: %s, %s\n", LOOM_BUILD_TYPE, LOOM_BUILD_COMPILER);
   std::printf("features:\n");
   std::printf("  cuda        %s\n", LOOM_BUILD_CUDA_ENABLED ? "compiled in" : "not compiled in");
-  std::printf("  buffers     host%s\n", LOOM_BUILD_CUDA_ENABLED ? " (cuda data path: not yet)" : "");
-  std::printf("  transports  loopback (same rank), shm (same host, host buffers), tcp (sockets)\n");
+  // What LOOM_DEVICE (unset or auto) gives here: cuda exactly when a device
+  // answers.
+  loom::device::Api* device = loom::device::api();
+  const int gpus = device ? device->deviceCount() : 0;
+  const std::string deviceBuffers = !LOOM_BUILD_CUDA_ENABLED ? "not in this build"
+                                    : gpus > 0 ? std::to_string(gpus) + " CUDA device(s), the default here"
+                                               : "no CUDA device answers here, so host is the default";
+  std::printf("  buffers     host; device (cuda mode, ordered on streams): %s\n", deviceBuffers.c_str());
+  std::string transports = "loopback (same rank)";
+  for (const loom::transport::Backend* b : loom::transport::backends()) {
+    std::string moves;
+    for (auto m : {loom::transport::MemoryType::kHost, loom::transport::MemoryType::kHostPinned,
+                   loom::transport::MemoryType::kDevice}) {
+      if (b->moves(m)) moves += std::string(moves.empty() ? "" : ", ") + loom::transport::memoryTypeName(m);
+    }
+    transports += std::string(", ") + b->name() + " (" + moves + ")";
+  }
+  transports += ", tcp (sockets)";
+  std::printf("  transports  %s\n", transports.c_str());
+#if LOOM_HAVE_VERBS
+  std::string whyNoPort;
+  const auto ports = loom::transport::ib::usablePorts(&whyNoPort);
+  std::string portText;
+  for (const auto& port : ports) portText += (portText.empty() ? "" : "; ") + port.describe();
+  std::printf("  verbs       %s\n", ports.empty() ? ("no usable port: " + whyNoPort).c_str() : portText.c_str());
+#else
+  std::printf("  verbs       not in this build (no infiniband/verbs.h when it was built)\n");
+#endif
   std::printf("  kernels     host: %s (this CPU runs up to %s; LOOM_CPU_ISA)\n",
               loom::kernels::cpuIsaName(loom::kernels::defaultCpuKernelConfig().isa),
               loom::kernels::cpuIsaName(loom::kernels::detectedCpuIsa()));
+  if (!cfg->unused().empty()) std::printf("  not read    %s (set here; loom does not use them)\n", cfg->unused().c_str());
   if (brief) return 0;
   std::printf("\nsettings (environment, then NCCL_CONF_FILE / ~/.nccl.conf / /etc/nccl.conf, then default):\n\n");
   for (const auto& s : loom::settings::table()) {

@@ -84,5 +84,21 @@ TEST_F(SettingsTest, ConfFileIsReadAndEnvOverridesIt) {
   unlink(path);
 }
 
+// NCCL_* names loom does not read, from the environment and a conf file,
+// are listed once each; loom's own and other programs' prefixes are not.
+TEST_F(SettingsTest, UnusedNcclNamesAreListed) {
+  auto none = [](const char*) -> const char* { return nullptr; };
+  auto cfg = build(none, {{"NCCL_NVLS_ENABLE", "0"}, {"NCCL_DEBUG", "INFO"}, {"LOOM_NO_SUCH", "1"}},
+                   {"NCCL_IB_ADAPTIVE_ROUTING", "NCCL_SOCKET_IFNAME", "NCCL_NVLS_ENABLE", "TORCH_NCCL_BLOCKING_WAIT"});
+  EXPECT_EQ(cfg->unused(), "NCCL_IB_ADAPTIVE_ROUTING, NCCL_NVLS_ENABLE");
+  EXPECT_EQ(build(none, {})->unused(), "");
+  setenv("NCCL_NO_SUCH_KNOB", "1", 1);
+  reload();
+  EXPECT_NE(current()->unused().find("NCCL_NO_SUCH_KNOB"), std::string::npos) << current()->unused();
+  unsetenv("NCCL_NO_SUCH_KNOB");
+  reload();
+  EXPECT_EQ(current()->unused().find("NCCL_NO_SUCH_KNOB"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace loom::settings
