@@ -332,11 +332,15 @@ std::shared_ptr<const Config> build(const std::function<const char*(const char*)
                                     const std::map<std::string, std::string>& file,
                                     const std::vector<std::string>& envNames) {
   auto cfg = std::make_shared<Config>();
+  // NCCL_TESTS_* belong to nccl-tests (loom's perf tools read them).
+  auto unread = [](const std::string& name) {
+    return name.rfind("NCCL_", 0) == 0 && name.rfind("NCCL_TESTS_", 0) != 0 && !find(name);
+  };
   std::set<std::string> unused;
   for (const std::string& name : envNames)
-    if (name.rfind("NCCL_", 0) == 0 && !find(name)) unused.insert(name);
+    if (unread(name)) unused.insert(name);
   for (const auto& [name, value] : file)
-    if (name.rfind("NCCL_", 0) == 0 && !find(name)) unused.insert(name);
+    if (unread(name)) unused.insert(name);
   for (const std::string& name : unused) cfg->unused_ += (cfg->unused_.empty() ? "" : ", ") + name;
   for (const Spec& spec : kTable) {
     Config::Value v;

@@ -85,11 +85,13 @@ TEST_F(SettingsTest, ConfFileIsReadAndEnvOverridesIt) {
 }
 
 // NCCL_* names loom does not read, from the environment and a conf file,
-// are listed once each; loom's own and other programs' prefixes are not.
+// are listed once each; loom's own, nccl-tests' (NCCL_TESTS_*, read by the
+// perf tools) and other programs' prefixes are not.
 TEST_F(SettingsTest, UnusedNcclNamesAreListed) {
   auto none = [](const char*) -> const char* { return nullptr; };
   auto cfg = build(none, {{"NCCL_NVLS_ENABLE", "0"}, {"NCCL_DEBUG", "INFO"}, {"LOOM_NO_SUCH", "1"}},
-                   {"NCCL_IB_ADAPTIVE_ROUTING", "NCCL_SOCKET_IFNAME", "NCCL_NVLS_ENABLE", "TORCH_NCCL_BLOCKING_WAIT"});
+                   {"NCCL_IB_ADAPTIVE_ROUTING", "NCCL_SOCKET_IFNAME", "NCCL_NVLS_ENABLE", "TORCH_NCCL_BLOCKING_WAIT",
+                    "NCCL_TESTS_MIN_BW"});
   EXPECT_EQ(cfg->unused(), "NCCL_IB_ADAPTIVE_ROUTING, NCCL_NVLS_ENABLE");
   EXPECT_EQ(build(none, {})->unused(), "");
   setenv("NCCL_NO_SUCH_KNOB", "1", 1);
