@@ -101,7 +101,7 @@ void initLocked() {
     std::fprintf(gFile, "%s:%d:%ld [%d] NCCL INFO NCCL version %s+loom%s\n", gHost, getpid(),
                  long(syscall(SYS_gettid)), tRank, LOOM_NCCL_VERSION_STRING, LOOM_VERSION_STRING);
   }
-  if (first && lvl >= Level::kInfo && !cfg->unused().empty()) {
+  if (first && lvl >= Level::kInfo && (gMask.load() & kEnv) && !cfg->unused().empty()) {
     std::fprintf(gFile, "%s:%d:%ld [%d] NCCL INFO settings: loom does not read %s (set here; loom-info -s lists "
                  "what it reads)\n", gHost, getpid(), long(syscall(SYS_gettid)), tRank, cfg->unused().c_str());
   }
