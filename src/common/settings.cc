@@ -153,12 +153,22 @@ constexpr Spec kTable[] = {
      "leading ^ excludes the listed ones, a leading = (after any ^) matches names exactly instead of "
      "as prefixes. Empty: every active port."},
     {"NCCL_IB_GID_INDEX", T::kInt, "-1", "NET",
-     "GID table index RoCE queue pairs address; -1 picks one: the first RoCE v2 GID with an "
-     "IPv4-mapped address, else the first RoCE v2 GID, else index 0."},
+     "GID table index RoCE queue pairs address; -1 picks one: the first GID of "
+     "NCCL_IB_ROCE_VERSION_NUM, NCCL_IB_ADDR_FAMILY and NCCL_IB_ADDR_RANGE (default: RoCE v2, "
+     "IPv4, any address)."},
     {"NCCL_IB_TIMEOUT", T::kInt, "20", "NET",
      "Verbs local ACK timeout exponent (4.096 us x 2^value per try), 1 .. 31. With NCCL_IB_RETRY_CNT it "
      "bounds how long a dead peer or a lost link goes unnoticed."},
     {"NCCL_IB_RETRY_CNT", T::kInt, "7", "NET", "Verbs transport retries before a send fails, 0 .. 7."},
+    {"NCCL_IB_ROCE_VERSION_NUM", T::kInt, "2", "NET",
+     "RoCE version (1 or 2) of the GID the auto-selection (NCCL_IB_GID_INDEX unset) looks for."},
+    {"NCCL_IB_ADDR_FAMILY", T::kString, "AF_INET", "NET",
+     "Address family (AF_INET or AF_INET6) of the RoCE GID the auto-selection looks for; unset, "
+     "NCCL_SOCKET_FAMILY's when that is set. IPv6: a global address before a link-local one."},
+    {"NCCL_IB_ADDR_RANGE", T::kString, "", "NET",
+     "Address range (CIDR: 10.0.0.0/8, fd00::/8) the auto-selected RoCE GID must lie in. A GID "
+     "that matches no setting: the first RoCE v2 GID with an IPv4 address, else the first RoCE v2 "
+     "one, else index 0 (logged)."},
     {"NCCL_IB_SL", T::kInt, "0", "NET",
      "InfiniBand service level of the verbs queue pairs, 0 .. 15 (the fabric maps it to a virtual "
      "lane). RoCE packets carry none: NCCL_IB_TC is RoCE's class of service."},

@@ -9,7 +9,7 @@
 # 3. all nine perf tools with 2 and 3 ranks (processes, loomrun) forced onto
 #    verbs (NCCL_NET=IB NCCL_SHM_DISABLE=1), checking every result, for
 #    float, int8 and half, messages up to 1 MiB;
-# 4. the traffic class set by NCCL_IB_TC;
+# 4. NCCL_IB_TC's traffic class and NCCL_IB_ADDR_FAMILY's GID;
 # 5. the port going down under a running job.
 # Emulated verbs move tens of MB/s: sizes and counts are kept small. Exits
 # non-zero when anything failed, after running everything.
@@ -56,19 +56,23 @@ for ranks in 2 3; do
   done
 done
 
-# The class of service reaches the queue pairs: the traffic class the
-# device holds once connected is NCCL_IB_TC's. (RoCE packets carry no
-# service level: rxe keeps 0 for NCCL_IB_SL=3, and the log says so.)
-class_of_service() {
+# NCCL's queue pair settings reach the device: the traffic class it holds
+# once connected is NCCL_IB_TC's (RoCE packets carry no service level: rxe
+# keeps 0 for NCCL_IB_SL=3, and the log says so), and with
+# NCCL_IB_ADDR_FAMILY=AF_INET6 the GID auto-selection finds the guest's
+# link-local RoCE v2 GID without falling back (it has no IPv4 one).
+queue_pair_settings() {
   local log
-  log="$(NCCL_NET=IB NCCL_SHM_DISABLE=1 NCCL_IB_SL=3 NCCL_IB_TC=106 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=NET \
+  log="$(NCCL_NET=IB NCCL_SHM_DISABLE=1 NCCL_IB_SL=3 NCCL_IB_TC=106 NCCL_IB_ADDR_FAMILY=AF_INET6 \
+    NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=NET,INIT \
     timeout 120 "$build/bin/loomrun" -n 2 "$build/bin/all_reduce_perf" -b 8 -e 64K -f 8 -n 2 -w 1 -c 1 2>&1)" ||
     { echo "$log"; return 1; }
-  grep "verbs connection" <<<"$log"
+  grep "verbs" <<<"$log"
   ! grep "verbs connection .* ready" <<<"$log" | grep -v -q "traffic class 106" &&
-    grep -q "verbs connection .* ready" <<<"$log"
+    grep -q "verbs connection .* ready" <<<"$log" && ! grep -q "no GID of" <<<"$log" &&
+    grep -q "verbs port rxe0:1 (.* RoCE v2)" <<<"$log"
 }
-run "class of service (NCCL_IB_TC=106)" class_of_service
+run "queue pair settings (NCCL_IB_TC=106, NCCL_IB_ADDR_FAMILY=AF_INET6)" queue_pair_settings
 
 echo "== device resources at the end (every process has exited)"
 rdma resource show

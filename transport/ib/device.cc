@@ -1,10 +1,13 @@
 #include "transport/ib/device.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -110,7 +113,8 @@ double laneGbps(const ibv_port_attr& a) {
 }
 
 // Chooses the GID of a RoCE port; see discoverPorts().
-void chooseGid(const Verbs& v, ibv_context* ctx, PortInfo* p, int tableLength, int wanted) {
+void chooseGid(const Verbs& v, ibv_context* ctx, PortInfo* p, int tableLength, int wanted,
+               const GidPreference& preference) {
   const std::string types =
       std::string("/sys/class/infiniband/") + p->device + "/ports/" + std::to_string(p->port) + "/gid_attrs/types/";
   auto take = [&](int index) -> bool {
@@ -125,15 +129,19 @@ void chooseGid(const Verbs& v, ibv_context* ctx, PortInfo* p, int tableLength, i
     if (!take(wanted)) p->gidIndex = wanted;  // fails later, naming the index
     return;
   }
-  int firstV2 = -1, v2Ipv4 = -1;
+  std::vector<GidEntry> table(size_t(std::max(tableLength, 0)));
   for (int i = 0; i < tableLength; ++i) {
-    ibv_gid g{};
-    if (v.queryGid(ctx, uint8_t(p->port), i, &g) != 0 || isZero(g)) continue;
-    if (readSysLine(types + std::to_string(i)) != "RoCE v2") continue;
-    if (firstV2 < 0) firstV2 = i;
-    if (v2Ipv4 < 0 && isIpv4Mapped(g)) v2Ipv4 = i;
+    GidEntry& e = table[size_t(i)];
+    if (v.queryGid(ctx, uint8_t(p->port), i, &e.gid) != 0) e.gid = ibv_gid{};
+    const std::string type = readSysLine(types + std::to_string(i));
+    e.version = type == "RoCE v2" ? 2 : type == "IB/RoCE v1" ? 1 : 0;
   }
-  take(v2Ipv4 >= 0 ? v2Ipv4 : firstV2 >= 0 ? firstV2 : 0);
+  std::string unmet;
+  take(pickGid(table, preference, &unmet));
+  if (!unmet.empty()) {
+    LOOM_INFO(log::kNet, "verbs %s:%d: %s; using GID index %d", p->device.c_str(), p->port, unmet.c_str(),
+              p->gidIndex);
+  }
 }
 
 const char* mtuText(ibv_mtu m) {
@@ -157,6 +165,105 @@ std::string PortInfo::describe() const {
   return text;
 }
 
+// ---- GID auto-selection -------------------------------------------------------
+
+Result<GidPreference> GidPreference::make(std::string_view family, int version, std::string_view range) {
+  GidPreference p;
+  if (family.empty() || family == "AF_INET") {
+    p.family = AF_INET;
+  } else if (family == "AF_INET6") {
+    p.family = AF_INET6;
+  } else {
+    return invalidArgument("NCCL_IB_ADDR_FAMILY='" + std::string(family) + "' is not AF_INET or AF_INET6");
+  }
+  if (version != 1 && version != 2) {
+    return invalidArgument("NCCL_IB_ROCE_VERSION_NUM=" + std::to_string(version) + " is not 1 or 2");
+  }
+  p.version = version;
+  if (range.empty()) return p;
+  const std::string text(range);
+  const size_t slash = text.find('/');
+  const std::string address = text.substr(0, slash);
+  const bool v6 = address.find(':') != std::string::npos;
+  const int maxBits = v6 ? 128 : 32;
+  int bits = maxBits;
+  if (slash != std::string::npos) {
+    const std::string b = text.substr(slash + 1);
+    char* end = nullptr;
+    const long n = std::strtol(b.c_str(), &end, 10);
+    if (b.empty() || *end != '\0' || n < 0 || n > maxBits) bits = -1;
+    else bits = int(n);
+  }
+  uint8_t raw[16] = {};
+  if (bits < 0 || inet_pton(v6 ? AF_INET6 : AF_INET, address.c_str(), raw) != 1) {
+    return invalidArgument("NCCL_IB_ADDR_RANGE='" + text + "' is not an address range such as 10.0.0.0/8 or fd00::/8");
+  }
+  if ((v6 ? AF_INET6 : AF_INET) != p.family) {
+    return invalidArgument("NCCL_IB_ADDR_RANGE='" + text + "' is not of the family " +
+                           (p.family == AF_INET6 ? "AF_INET6" : "AF_INET") + " (NCCL_IB_ADDR_FAMILY)");
+  }
+  if (v6) {
+    std::memcpy(p.prefix.raw, raw, 16);
+    p.prefixBits = bits;
+  } else {
+    p.prefix.raw[10] = p.prefix.raw[11] = 0xff;  // IPv4-mapped
+    std::memcpy(p.prefix.raw + 12, raw, 4);
+    p.prefixBits = 96 + bits;
+  }
+  return p;
+}
+
+GidPreference GidPreference::fromSettings(std::string* warning) {
+  auto cfg = settings::current();
+  std::string family = cfg->getString("NCCL_IB_ADDR_FAMILY");
+  if (!cfg->isSet("NCCL_IB_ADDR_FAMILY")) family = cfg->getString("NCCL_SOCKET_FAMILY");
+  Result<GidPreference> p = make(family, int(cfg->getInt("NCCL_IB_ROCE_VERSION_NUM")),
+                                 cfg->getString("NCCL_IB_ADDR_RANGE"));
+  if (p.isOk()) return p.value();
+  *warning = p.status().message() + "; GID auto-selection keeps its defaults (RoCE v2, AF_INET, any address)";
+  return make("", 2, "").value();
+}
+
+std::string GidPreference::describe() const {
+  std::string s = "RoCE v" + std::to_string(version) + ", " + (family == AF_INET6 ? "AF_INET6" : "AF_INET");
+  if (prefixBits > 0) {
+    char text[INET6_ADDRSTRLEN] = "?";
+    if (family == AF_INET6) inet_ntop(AF_INET6, prefix.raw, text, sizeof text);
+    else inet_ntop(AF_INET, prefix.raw + 12, text, sizeof text);
+    s += std::string(" in ") + text + "/" + std::to_string(family == AF_INET6 ? prefixBits : prefixBits - 96);
+  }
+  return s;
+}
+
+int pickGid(std::span<const GidEntry> table, const GidPreference& want, std::string* unmet) {
+  auto inRange = [&](const ibv_gid& g) {
+    for (int bit = 0; bit < want.prefixBits; ++bit) {
+      const uint8_t mask = uint8_t(0x80u >> (bit % 8));
+      if ((g.raw[bit / 8] & mask) != (want.prefix.raw[bit / 8] & mask)) return false;
+    }
+    return true;
+  };
+  auto linkLocal = [](const ibv_gid& g) { return g.raw[0] == 0xfe && (g.raw[1] & 0xc0) == 0x80; };
+  const bool v6 = want.family == AF_INET6;
+  int found = -1, foundLinkLocal = -1, firstV2 = -1, v2Ipv4 = -1;
+  for (size_t i = 0; i < table.size(); ++i) {
+    const GidEntry& e = table[i];
+    if (isZero(e.gid)) continue;
+    const bool ipv4 = isIpv4Mapped(e.gid);
+    if (e.version == 2) {
+      if (firstV2 < 0) firstV2 = int(i);
+      if (v2Ipv4 < 0 && ipv4) v2Ipv4 = int(i);
+    }
+    if (e.version != want.version || ipv4 == v6 || !inRange(e.gid)) continue;
+    int& slot = v6 && linkLocal(e.gid) ? foundLinkLocal : found;
+    if (slot < 0) slot = int(i);
+  }
+  if (found < 0) found = foundLinkLocal;
+  if (found >= 0) return found;
+  if (unmet) *unmet = "no GID of " + want.describe();
+  return v2Ipv4 >= 0 ? v2Ipv4 : firstV2 >= 0 ? firstV2 : 0;
+}
+
 std::vector<PortInfo> discoverPorts(std::string* why) {
   std::vector<PortInfo> out;
   const Verbs* v = verbs(why);
@@ -164,6 +271,9 @@ std::vector<PortInfo> discoverPorts(std::string* why) {
   auto cfg = settings::current();
   const HcaFilter filter = HcaFilter::parse(cfg->getString("NCCL_IB_HCA"));
   const int wantedGid = int(cfg->getInt("NCCL_IB_GID_INDEX"));
+  std::string preferenceWarning;
+  const GidPreference preference = GidPreference::fromSettings(&preferenceWarning);
+  if (!preferenceWarning.empty()) LOOM_WARN("verbs: %s", preferenceWarning.c_str());
   int count = 0;
   ibv_device** list = v->getDeviceList(&count);
   if (!list) {
@@ -200,7 +310,7 @@ std::vector<PortInfo> discoverPorts(std::string* why) {
         p.gbps = widthFactor(a.active_width) * laneGbps(a);
         p.maxQpWr = dev.max_qp_wr;
         if (p.ethernet) {
-          chooseGid(*v, ctx, &p, a.gid_tbl_len, wantedGid);
+          chooseGid(*v, ctx, &p, a.gid_tbl_len, wantedGid, preference);
         } else {
           p.gidIndex = wantedGid >= 0 ? wantedGid : 0;
           v->queryGid(ctx, uint8_t(port), p.gidIndex, &p.gid);

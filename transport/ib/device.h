@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -52,9 +53,38 @@ struct PortInfo {
   std::string describe() const;  // "rxe0:1 (RoCE, 2.5 Gb/s, MTU 1024, GID 0)"
 };
 
+// One entry of a RoCE port's GID table, as the GID auto-selection sees it.
+struct GidEntry {
+  ibv_gid gid{};
+  int version = 0;  // RoCE version from sysfs: 1 ("IB/RoCE v1"), 2 ("RoCE v2"), 0 unknown
+};
+
+// What the auto-selection looks for (NCCL's settings): a GID of RoCE
+// version NCCL_IB_ROCE_VERSION_NUM (2) holding an address of family
+// NCCL_IB_ADDR_FAMILY (else NCCL_SOCKET_FAMILY, else AF_INET) within
+// NCCL_IB_ADDR_RANGE (CIDR, e.g. 10.0.0.0/8 or fd00::/8; unset: any).
+struct GidPreference {
+  int family = 0;   // AF_INET or AF_INET6 (0 is taken as AF_INET)
+  int version = 2;  // 1 or 2
+  // The range as a prefix of the GID (IPv4 ranges as IPv4-mapped ones).
+  ibv_gid prefix{};
+  int prefixBits = 0;  // 0: any address
+  static Result<GidPreference> make(std::string_view family, int version, std::string_view range);
+  // From the settings; values it cannot use are a warning (*warning) and
+  // the defaults stand.
+  static GidPreference fromSettings(std::string* warning);
+  std::string describe() const;  // "RoCE v2, AF_INET6 in 2001:db8::/32"
+};
+
+// The GID index the auto-selection takes from `table`: the first entry of
+// the wanted version and family (IPv6: a global address before a
+// link-local fe80::/10 one) within the range. Where none matches (said in
+// *unmet), what loom took before these settings existed: the first RoCE v2
+// GID with an IPv4 address, else the first RoCE v2 GID, else index 0.
+int pickGid(std::span<const GidEntry> table, const GidPreference& want, std::string* unmet);
+
 // The ports NCCL_IB_HCA admits that are ACTIVE, in device order, with their
-// GID chosen: NCCL_IB_GID_INDEX when set (>= 0), else on RoCE the first
-// RoCE v2 GID holding an IPv4-mapped address, else the first RoCE v2 GID,
+// GID chosen: NCCL_IB_GID_INDEX when set (>= 0), else on RoCE pickGid()'s,
 // else index 0. Empty with *why set when there is none (or no libibverbs).
 std::vector<PortInfo> discoverPorts(std::string* why);
 

@@ -2,9 +2,13 @@
 // syntax, the endpoint's checks, and what happens on a machine without a
 // usable port. The data path runs in the rdma tier (tests/rdma).
 #include <gtest/gtest.h>
+#include <arpa/inet.h>
 #include <stdlib.h>
+#include <sys/socket.h>
 
+#include <cstring>
 #include <utility>
+#include <vector>
 
 #include "common/settings.h"
 
@@ -120,6 +124,84 @@ TEST(IbBackend, SaysWhyWithoutAPort) {
   auto half = backend().listen(1, &endpoint);
   ASSERT_FALSE(half.isOk());
   EXPECT_NE(half.status().message().find("no usable verbs port"), std::string::npos) << half.status().message();
+}
+
+// A RoCE port's GID table as NICs on a dual-stack network show it: each
+// address as RoCE v1 and v2, link-local, IPv4 and global IPv6.
+std::vector<GidEntry> dualStackTable() {
+  auto entry = [](const char* text, int version) {
+    GidEntry e;
+    uint8_t raw[16] = {};
+    if (inet_pton(AF_INET6, text, raw) != 1) ADD_FAILURE() << text;
+    std::memcpy(e.gid.raw, raw, 16);
+    e.version = version;
+    return e;
+  };
+  return {entry("fe80::1:2ff:fe03:405", 1),        entry("fe80::1:2ff:fe03:405", 2),
+          entry("::ffff:10.20.1.7", 1),            entry("::ffff:10.20.1.7", 2),
+          entry("2001:db8:0:2:1:2ff:fe03:405", 1), entry("2001:db8:0:2:1:2ff:fe03:405", 2),
+          entry("::ffff:192.168.5.7", 2),          GidEntry{}};
+}
+
+GidPreference want(const char* family, int version, const char* range) {
+  auto p = GidPreference::make(family, version, range);
+  EXPECT_TRUE(p.isOk()) << p.status().message();
+  return p.isOk() ? p.value() : GidPreference{};
+}
+
+// NCCL_IB_ROCE_VERSION_NUM, NCCL_IB_ADDR_FAMILY and NCCL_IB_ADDR_RANGE pick
+// the GID; what matches nothing falls back to the first RoCE v2 IPv4 one.
+TEST(IbGidSelection, VersionFamilyAndRange) {
+  const auto table = dualStackTable();
+  std::string unmet;
+  EXPECT_EQ(pickGid(table, want("", 2, ""), &unmet), 3);
+  EXPECT_EQ(unmet, "");
+  EXPECT_EQ(pickGid(table, want("AF_INET", 1, ""), &unmet), 2);
+  EXPECT_EQ(pickGid(table, want("AF_INET6", 2, ""), &unmet), 5) << "a global address before a link-local one";
+  EXPECT_EQ(pickGid(table, want("AF_INET6", 1, ""), &unmet), 4);
+  EXPECT_EQ(pickGid(table, want("AF_INET", 2, "192.168.0.0/16"), &unmet), 6);
+  EXPECT_EQ(pickGid(table, want("AF_INET", 2, "10.20.1.7"), &unmet), 3) << "one address";
+  EXPECT_EQ(pickGid(table, want("AF_INET6", 2, "fe80::/10"), &unmet), 1);
+  EXPECT_EQ(unmet, "");
+  EXPECT_EQ(pickGid(table, want("AF_INET", 2, "172.16.0.0/12"), &unmet), 3);
+  EXPECT_EQ(unmet, "no GID of RoCE v2, AF_INET in 172.16.0.0/12");
+  // Only link-local IPv6: taken when IPv6 is asked for.
+  const std::vector<GidEntry> linkLocalOnly(table.begin(), table.begin() + 2);
+  EXPECT_EQ(pickGid(linkLocalOnly, want("AF_INET6", 2, ""), &unmet), 1);
+  unmet.clear();
+  EXPECT_EQ(pickGid(linkLocalOnly, want("AF_INET", 2, ""), &unmet), 1) << "the first RoCE v2 GID";
+  EXPECT_NE(unmet, "");
+  EXPECT_EQ(pickGid(std::vector<GidEntry>(3), want("", 2, ""), &unmet), 0) << "an empty table: index 0";
+}
+
+TEST(IbGidSelection, BadSettingsAreRefusedWithTheirNames) {
+  auto message = [](const char* family, int version, const char* range) {
+    auto p = GidPreference::make(family, version, range);
+    return p.isOk() ? std::string("accepted") : p.status().message();
+  };
+  EXPECT_NE(message("AF_UNIX", 2, "").find("NCCL_IB_ADDR_FAMILY"), std::string::npos);
+  EXPECT_NE(message("", 3, "").find("NCCL_IB_ROCE_VERSION_NUM"), std::string::npos);
+  EXPECT_NE(message("", 2, "10.0.0.0/33").find("NCCL_IB_ADDR_RANGE"), std::string::npos);
+  EXPECT_NE(message("", 2, "ten/8").find("NCCL_IB_ADDR_RANGE"), std::string::npos);
+  EXPECT_NE(message("", 2, "fd00::/8").find("family AF_INET"), std::string::npos);
+  // Unusable settings: a warning, and the defaults.
+  ::setenv("NCCL_IB_ROCE_VERSION_NUM", "7", 1);
+  settings::reload();
+  std::string warning;
+  const GidPreference p = GidPreference::fromSettings(&warning);
+  ::unsetenv("NCCL_IB_ROCE_VERSION_NUM");
+  EXPECT_EQ(p.version, 2);
+  EXPECT_NE(warning.find("NCCL_IB_ROCE_VERSION_NUM=7"), std::string::npos) << warning;
+  // NCCL_SOCKET_FAMILY stands in for an unset NCCL_IB_ADDR_FAMILY.
+  ::setenv("NCCL_SOCKET_FAMILY", "AF_INET6", 1);
+  settings::reload();
+  EXPECT_EQ(GidPreference::fromSettings(&warning).family, AF_INET6);
+  ::setenv("NCCL_IB_ADDR_FAMILY", "AF_INET", 1);
+  settings::reload();
+  EXPECT_EQ(GidPreference::fromSettings(&warning).family, AF_INET);
+  ::unsetenv("NCCL_SOCKET_FAMILY");
+  ::unsetenv("NCCL_IB_ADDR_FAMILY");
+  settings::reload();
 }
 
 // The class of service: NCCL's settings, kept within what verbs takes.
