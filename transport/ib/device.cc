@@ -14,6 +14,7 @@
 
 #include "common/log.h"
 #include "common/settings.h"
+#include "transport/net/socket.h"
 
 namespace loom::transport::ib {
 
@@ -167,15 +168,11 @@ std::string PortInfo::describe() const {
 
 // ---- GID auto-selection -------------------------------------------------------
 
-Result<GidPreference> GidPreference::make(std::string_view family, int version, std::string_view range) {
+Result<GidPreference> GidPreference::make(std::string_view family, int version, std::string_view range,
+                                          std::string_view familySetting) {
   GidPreference p;
-  if (family.empty() || family == "AF_INET") {
-    p.family = AF_INET;
-  } else if (family == "AF_INET6") {
-    p.family = AF_INET6;
-  } else {
-    return invalidArgument("NCCL_IB_ADDR_FAMILY='" + std::string(family) + "' is not AF_INET or AF_INET6");
-  }
+  LOOM_ASSIGN_OR_RETURN(const int parsed, net::parseFamily(family, familySetting));
+  p.family = parsed == AF_UNSPEC ? AF_INET : parsed;
   if (version != 1 && version != 2) {
     return invalidArgument("NCCL_IB_ROCE_VERSION_NUM=" + std::to_string(version) + " is not 1 or 2");
   }
@@ -200,7 +197,7 @@ Result<GidPreference> GidPreference::make(std::string_view family, int version, 
   }
   if ((v6 ? AF_INET6 : AF_INET) != p.family) {
     return invalidArgument("NCCL_IB_ADDR_RANGE='" + text + "' is not of the family " +
-                           (p.family == AF_INET6 ? "AF_INET6" : "AF_INET") + " (NCCL_IB_ADDR_FAMILY)");
+                           (p.family == AF_INET6 ? "AF_INET6" : "AF_INET") + " (" + std::string(familySetting) + ")");
   }
   if (v6) {
     std::memcpy(p.prefix.raw, raw, 16);
@@ -215,10 +212,9 @@ Result<GidPreference> GidPreference::make(std::string_view family, int version, 
 
 GidPreference GidPreference::fromSettings(std::string* warning) {
   auto cfg = settings::current();
-  std::string family = cfg->getString("NCCL_IB_ADDR_FAMILY");
-  if (!cfg->isSet("NCCL_IB_ADDR_FAMILY")) family = cfg->getString("NCCL_SOCKET_FAMILY");
-  Result<GidPreference> p = make(family, int(cfg->getInt("NCCL_IB_ROCE_VERSION_NUM")),
-                                 cfg->getString("NCCL_IB_ADDR_RANGE"));
+  const char* familySetting = cfg->isSet("NCCL_IB_ADDR_FAMILY") ? "NCCL_IB_ADDR_FAMILY" : "NCCL_SOCKET_FAMILY";
+  Result<GidPreference> p = make(cfg->getString(familySetting), int(cfg->getInt("NCCL_IB_ROCE_VERSION_NUM")),
+                                 cfg->getString("NCCL_IB_ADDR_RANGE"), familySetting);
   if (p.isOk()) return p.value();
   *warning = p.status().message() + "; GID auto-selection keeps its defaults (RoCE v2, AF_INET, any address)";
   return make("", 2, "").value();

@@ -69,7 +69,9 @@ struct GidPreference {
   // The range as a prefix of the GID (IPv4 ranges as IPv4-mapped ones).
   ibv_gid prefix{};
   int prefixBits = 0;  // 0: any address
-  static Result<GidPreference> make(std::string_view family, int version, std::string_view range);
+  // `familySetting`: where `family` came from, for errors.
+  static Result<GidPreference> make(std::string_view family, int version, std::string_view range,
+                                    std::string_view familySetting = "NCCL_IB_ADDR_FAMILY");
   // From the settings; values it cannot use are a warning (*warning) and
   // the defaults stand.
   static GidPreference fromSettings(std::string* warning);

@@ -144,19 +144,19 @@ const std::pair<SocketAddress, SocketAddress>* pickAddress(const RawIf& r, int f
   return v6;
 }
 
-Result<int> parseFamily(const std::string& family) {
-  if (family.empty()) return int(AF_UNSPEC);
-  if (family == "AF_INET") return int(AF_INET);
-  if (family == "AF_INET6") return int(AF_INET6);
-  return invalidArgument("NCCL_SOCKET_FAMILY='" + family +
+}  // namespace
+
+Result<int> parseFamily(std::string_view text, std::string_view setting) {
+  if (text.empty()) return int(AF_UNSPEC);
+  if (text == "AF_INET") return int(AF_INET);
+  if (text == "AF_INET6") return int(AF_INET6);
+  return invalidArgument(std::string(setting) + "='" + std::string(text) +
                          "' is not valid: use AF_INET, AF_INET6 or leave it unset");
 }
 
-}  // namespace
-
 Result<std::vector<Interface>> findInterfaces(const std::string& ifnameSpec,
                                               const std::string& family) {
-  LOOM_ASSIGN_OR_RETURN(int fam, parseFamily(family));
+  LOOM_ASSIGN_OR_RETURN(int fam, parseFamily(family, "NCCL_SOCKET_FAMILY"));
   LOOM_ASSIGN_OR_RETURN(std::vector<RawIf> raw, listRawInterfaces());
   IfSpec spec = parseSpec(ifnameSpec);
   bool useDefault = spec.items.empty();

@@ -102,6 +102,11 @@ struct Interface {
   bool sameSubnet(const SocketAddress& other) const;
 };
 
+// An address family setting's value: "" (AF_UNSPEC), "AF_INET" or
+// "AF_INET6"; anything else is an error naming `setting` (NCCL_SOCKET_FAMILY,
+// NCCL_IB_ADDR_FAMILY).
+Result<int> parseFamily(std::string_view text, std::string_view setting);
+
 // Up interfaces with an address, one address per interface (IPv4 preferred
 // when `family` is empty; IPv6 link-local addresses are skipped because they
 // need a scope to be usable), filtered by an NCCL_SOCKET_IFNAME-style spec:
