@@ -191,9 +191,14 @@ typedef enum LOOM_NCCL_ENUM_INT {
  * their defaults; trailing fields from a newer header are ignored. The
  * struct and its strings are only read during the call.
  *
- * Most options tune GPU kernels or network hardware. loom honours
- * `blocking` and `commName`; it accepts every other field and currently
- * ignores it (the comments say what NCCL uses them for).
+ * Values NCCL refuses (a flag other than 0 or 1, minCTAs above maxCTAs,
+ * ...) are refused with ncclInvalidArgument naming the field. loom acts on
+ * `blocking`, `commName`, `minCTAs`/`maxCTAs` (they bound the channels: NCCL's
+ * thread blocks per operation are its channels), `netName` (as NCCL_NET) and
+ * `trafficClass` (the verbs queue pairs' class of service); NCCL_MIN_CTAS,
+ * NCCL_MAX_CTAS, NCCL_NET and NCCL_IB_TC, where set, win over them as in
+ * NCCL. The other fields tune GPU thread blocks, NVLink SHARP or resource
+ * sharing; they are accepted and have no effect.
  */
 typedef struct ncclConfig_v22800 {
   /* Header, filled in by NCCL_CONFIG_INITIALIZER; do not change. */

@@ -61,9 +61,9 @@ Result<std::string> Selection::network() const {
     if (!net.empty() && !sameName(net, n.ncclName) && !sameName(net, n.loomName)) continue;
     const std::string why = n.whyNot(*this);
     if (why.empty()) return std::string(n.ncclName);
-    if (!net.empty()) return invalidArgument("NCCL_NET=" + net + " cannot be used: " + why);
+    if (!net.empty()) return invalidArgument(describeNet() + " cannot be used: " + why);
   }
-  if (!net.empty()) return invalidArgument("NCCL_NET=" + net + " names no network backend; known: " + known);
+  if (!net.empty()) return invalidArgument(describeNet() + " names no network backend; known: " + known);
   return internalError("no network backend can be used");
 }
 

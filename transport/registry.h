@@ -50,6 +50,12 @@ struct Selection {
   bool p2pDisabled = false;  // NCCL_P2P_DISABLE (GPU to GPU on one host, CUDA IPC)
   bool ibDisabled = false;   // NCCL_IB_DISABLE
   std::string net;           // NCCL_NET as given; empty: the best available
+  std::string netSource = "NCCL_NET";  // where `net` came from, for messages
+  // "NCCL_NET=IB" (or "ncclConfig_t.netName=IB").
+  std::string describeNet() const { return netSource + "=" + net; }
+  // ncclConfig_t.trafficClass of the communicator (-1: none): the verbs
+  // queue pairs' class of service where NCCL_IB_TC / NCCL_IB_SL are unset.
+  int trafficClass = -1;
   static Selection fromSettings();
 
   // The network backend every pair starts on (and keeps when no backend
@@ -72,7 +78,8 @@ class Backend {
   virtual const char* name() const = 0;
   virtual bool moves(MemoryType m) const = 0;
   virtual std::string whyNot(const PeerView& self, const PeerView& peer, const Selection& selection) const = 0;
-  virtual Result<std::unique_ptr<Connection>> listen(int peer, std::vector<uint8_t>* endpoint) const = 0;
+  virtual Result<std::unique_ptr<Connection>> listen(int peer, const Selection& selection,
+                                                     std::vector<uint8_t>* endpoint) const = 0;
   virtual Status connect(Connection& half, std::span<const uint8_t> peerEndpoint) const = 0;
 };
 

@@ -21,7 +21,10 @@ constexpr unsigned kConfigMagic = 0xcafebeef;
 
 // Reads an ncclConfig_t of any header version by its size: older headers
 // pass a smaller struct (missing fields keep their defaults), newer ones a
-// bigger one (unknown trailing fields are ignored).
+// bigger one (unknown trailing fields are ignored). Values NCCL refuses are
+// refused; of the rest, loom acts on blocking, commName, minCTAs and
+// maxCTAs (channels), netName and trafficClass, and accepts the others,
+// which tune GPU thread blocks and NVLink SHARP.
 Status parseConfig(const ncclConfig_t* config, CommOptions* o) {
   if (!config) return Status::ok();
   if (config->magic != kConfigMagic) {
@@ -32,11 +35,57 @@ Status parseConfig(const ncclConfig_t* config, CommOptions* o) {
   size_t n = std::min(config->size, sizeof c);
   if (n < offsetof(ncclConfig_t, blocking)) return invalidArgument("config->size is too small");
   std::memcpy(&c, config, n);
-  if (c.blocking != NCCL_CONFIG_UNDEF_INT) {
-    if (c.blocking != 0 && c.blocking != 1) return invalidArgument("config->blocking must be 0 or 1");
-    o->blocking = c.blocking == 1;
+  // A field the caller's struct does not reach keeps the initializer's
+  // "not set" value from `c`.
+  const auto given = [](int v) { return v != NCCL_CONFIG_UNDEF_INT; };
+  const auto flag = [&](int v, const char* field) -> Status {
+    if (given(v) && v != 0 && v != 1) {
+      return invalidArgument(std::string("config->") + field + " is " + std::to_string(v) + ": must be 0 or 1");
+    }
+    return Status::ok();
+  };
+  const auto positive = [&](int v, const char* field) -> Status {
+    if (given(v) && v <= 0) {
+      return invalidArgument(std::string("config->") + field + " is " + std::to_string(v) + ": must be at least 1");
+    }
+    return Status::ok();
+  };
+  LOOM_TRY(flag(c.blocking, "blocking"));
+  LOOM_TRY(flag(c.splitShare, "splitShare"));
+  LOOM_TRY(flag(c.collnetEnable, "collnetEnable"));
+  LOOM_TRY(flag(c.shrinkShare, "shrinkShare"));
+  LOOM_TRY(flag(c.nvlinkCentricSched, "nvlinkCentricSched"));
+  LOOM_TRY(positive(c.minCTAs, "minCTAs"));
+  LOOM_TRY(positive(c.maxCTAs, "maxCTAs"));
+  LOOM_TRY(positive(c.nvlsCTAs, "nvlsCTAs"));
+  LOOM_TRY(positive(c.nChannelsPerNetPeer, "nChannelsPerNetPeer"));
+  if (given(c.minCTAs) && given(c.maxCTAs) && c.minCTAs > c.maxCTAs) {
+    return invalidArgument("config->minCTAs " + std::to_string(c.minCTAs) + " is more than maxCTAs " +
+                           std::to_string(c.maxCTAs));
   }
-  if (n >= offsetof(ncclConfig_t, commName) + sizeof c.commName && c.commName) o->name = c.commName;
+  if (given(c.cgaClusterSize) && c.cgaClusterSize < 0) {
+    return invalidArgument("config->cgaClusterSize is " + std::to_string(c.cgaClusterSize) + ": must be 0 or more");
+  }
+  constexpr int kPolicies = NCCL_CTA_POLICY_EFFICIENCY | NCCL_CTA_POLICY_ZERO;
+  if (given(c.CTAPolicy) && (c.CTAPolicy & ~kPolicies) != 0) {
+    return invalidArgument("config->CTAPolicy is " + std::to_string(c.CTAPolicy) +
+                           ": must be NCCL_CTA_POLICY_DEFAULT, _EFFICIENCY or _ZERO");
+  }
+  if (given(c.blocking)) o->blocking = c.blocking == 1;
+  if (c.commName) o->name = c.commName;
+  CommOptions::Config asked;
+  if (given(c.minCTAs)) asked.minChannels = c.minCTAs;
+  if (given(c.maxCTAs)) asked.maxChannels = c.maxCTAs;
+  if (c.netName) asked.network = c.netName;
+  if (given(c.trafficClass)) {
+    if (c.trafficClass >= 0 && c.trafficClass <= 255) {
+      asked.trafficClass = c.trafficClass;
+    } else {
+      // NCCL passes any value on to the network; a class of service has 8 bits.
+      LOOM_WARN("config->trafficClass %d is not 0 .. 255: ignored", c.trafficClass);
+    }
+  }
+  o->apply(asked);
   return Status::ok();
 }
 

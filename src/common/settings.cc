@@ -61,6 +61,11 @@ constexpr Spec kTable[] = {
      "across them. Capped by NCCL_MAX_NCHANNELS; 1..32."},
     {"NCCL_MAX_NCHANNELS", T::kInt, "32", "COLL",
      "Channels a communicator uses at most (see NCCL_MIN_NCHANNELS)."},
+    {"NCCL_MIN_CTAS", T::kInt, "1", "COLL",
+     "Set: replaces ncclConfig_t.minCTAs, which raises a communicator's channels to at least that "
+     "many (NCCL's thread blocks per operation are its channels), within NCCL_MAX_NCHANNELS."},
+    {"NCCL_MAX_CTAS", T::kInt, "32", "COLL",
+     "Set: replaces ncclConfig_t.maxCTAs, which caps a communicator's channels."},
     {"LOOM_LATENCY_PATH", T::kBool, "1", "TUNING",
      "1: collectives small enough (up to 128 KiB per rank on up to 4 ranks, 4 MiB / (8 x ranks) "
      "from 5, 64 KiB per rank for AllGather) on communicators whose ranks all share "
@@ -145,7 +150,8 @@ constexpr Spec kTable[] = {
     {"NCCL_NET", T::kString, "", "NET",
      "The network backend between ranks: Socket (TCP; loom's name tcp is accepted too) or IB "
      "(InfiniBand/RoCE verbs). Required, not a hint: init fails, saying why, when the named "
-     "backend cannot be used. Unset: IB where an active verbs port is found, else Socket."},
+     "backend cannot be used. Unset: IB where an active verbs port is found, else Socket. Set, it "
+     "replaces ncclConfig_t.netName, which names one communicator's network the same way."},
     {"NCCL_IB_DISABLE", T::kBool, "0", "NET",
      "1: never use InfiniBand/RoCE verbs; the network backend is Socket."},
     {"NCCL_IB_HCA", T::kString, "", "NET",
@@ -171,10 +177,12 @@ constexpr Spec kTable[] = {
      "one, else index 0 (logged)."},
     {"NCCL_IB_SL", T::kInt, "0", "NET",
      "InfiniBand service level of the verbs queue pairs, 0 .. 15 (the fabric maps it to a virtual "
-     "lane). RoCE packets carry none: NCCL_IB_TC is RoCE's class of service."},
+     "lane). RoCE packets carry none: NCCL_IB_TC is RoCE's class of service. Unset, an "
+     "ncclConfig_t.trafficClass of 0 .. 15 is the service level too, as in NCCL."},
     {"NCCL_IB_TC", T::kInt, "0", "NET",
      "RoCE traffic class of the verbs queue pairs, 0 .. 255: the DSCP (upper six bits) and ECN bits "
-     "of their packets, which select the switch queue (for example a lossless one)."},
+     "of their packets, which select the switch queue (for example a lossless one). Set, it "
+     "replaces ncclConfig_t.trafficClass, which gives one communicator's (NCCL_IB_SL likewise)."},
     {"NCCL_IB_QPS_PER_CONNECTION", T::kInt, "1", "NET",
      "Queue pairs per verbs connection, 1 .. 16; a message's FIFO slots go round-robin over them."},
     {"LOOM_IB_GPUDIRECT", T::kBool, "0", "NET",

@@ -99,8 +99,8 @@ CommOptions CommOptions::fromSettings() {
     // reached 1.3-1.6 (bench/cluster_bandwidth.py).
     o.networkSliceBytes = std::min(o.sliceBytes, o.networkSliceBytes);
   }
-  const auto maxChannels = std::clamp<int64_t>(cfg->getInt("NCCL_MAX_NCHANNELS"), 1, 32);
-  o.channels = int(std::clamp<int64_t>(cfg->getInt("NCCL_MIN_NCHANNELS"), 1, maxChannels));
+  o.maxChannels = int(std::clamp<int64_t>(cfg->getInt("NCCL_MAX_NCHANNELS"), 1, 32));
+  o.channels = int(std::clamp<int64_t>(cfg->getInt("NCCL_MIN_NCHANNELS"), 1, o.maxChannels));
   o.timeoutS = double(cfg->getInt("LOOM_TIMEOUT_S"));
   o.stallWarnS = double(std::max<int64_t>(0, cfg->getInt("LOOM_STALL_WARN_S")));
   o.flightEntries = size_t(std::clamp<int64_t>(cfg->getInt("LOOM_FLIGHT_RECORDER_ENTRIES"), 0, 1 << 20));
@@ -117,7 +117,23 @@ CommOptions CommOptions::fromSettings() {
   std::call_once(warned, [&] {
     for (const auto& w : warnings) LOOM_WARN("%s", w.c_str());
   });
+  o.apply(Config{});  // NCCL_MIN_CTAS and NCCL_MAX_CTAS count without a config too
   return o;
+}
+
+void CommOptions::apply(const Config& config) {
+  auto cfg = settings::current();
+  auto setting = [&](const char* name, int given) {
+    return cfg->isSet(name) ? int(std::clamp<int64_t>(cfg->getInt(name), 1, 32)) : given;
+  };
+  if (int most = setting("NCCL_MAX_CTAS", config.maxChannels); most > 0) maxChannels = std::min(maxChannels, most);
+  if (int least = setting("NCCL_MIN_CTAS", config.minChannels); least > 0) channels = std::max(channels, least);
+  channels = std::clamp(channels, 1, maxChannels);
+  if (!config.network.empty() && !cfg->isSet("NCCL_NET")) {
+    link.selection.net = config.network;
+    link.selection.netSource = "ncclConfig_t.netName";
+  }
+  if (config.trafficClass >= 0) link.selection.trafficClass = config.trafficClass;
 }
 
 Status getUniqueId(uint8_t id[kUniqueIdBytes]) {
@@ -291,13 +307,18 @@ Status Communicator::initFromId(const uint8_t id[kUniqueIdBytes], int nranks, in
     LOOM_ASSIGN_OR_RETURN(self.gpuUuid, device::api()->deviceUuid(device));
   }
   self.hostname = topology::hostName();
-  self.transports = transport::localTransports(options_.link.selection);
-  if (options_.calibrate) self.flags |= wire::kRankFlagCalibrate;
+  describeOwnAsks(&self);
   LOOM_TRY(placeSelf(&self, device));
   Deadline deadline = Deadline::afterSeconds(options_.initTimeoutS + 15);
   Status s = bootstrap_->joinRoot(root, self, deadline, &abort_);
   if (!s.isOk()) return s.addContext("rank " + std::to_string(rank) + " of " + std::to_string(nranks));
   return finishInit();
+}
+
+void Communicator::describeOwnAsks(wire::RankInfo* self) const {
+  self->transports = transport::localTransports(options_.link.selection);
+  self->flags = options_.calibrate ? wire::kRankFlagCalibrate : 0;
+  self->channels = uint32_t(options_.channels);
 }
 
 Status placeSelf(wire::RankInfo* self, int device) {
@@ -359,6 +380,15 @@ Status Communicator::connectPeersAtInit() {
                           " mode but this rank runs in " + modeName(mine) +
                           " mode; set the same LOOM_DEVICE on every rank");
     }
+  }
+  // Every rank must address the same channels: the fewest any rank asks
+  // for (settings and configs may differ from rank to rank).
+  int channels = options_.channels;
+  for (int r = 0; r < nranks_; ++r) channels = std::min(channels, int(bootstrap_->peer(r).channels));
+  if (channels != options_.channels) {
+    LOOM_INFO(log::kInit, "%s: %d channel(s) instead of the %d asked for here, the fewest any rank asks for",
+              describe().c_str(), channels, options_.channels);
+    options_.channels = std::max(channels, 1);
   }
   conns_.resize(size_t(nranks_) * size_t(options_.channels));
   connPtrs_.assign(conns_.size(), nullptr);
@@ -999,6 +1029,7 @@ Status Communicator::split(CommRef parentRef, uint64_t ticket, int color, int ke
     net::SocketAddress reach = parent.bootstrap().listenAddress();
     LOOM_ASSIGN_OR_RETURN(child->bootstrap_, Bootstrap::open(Bootstrap::Identity{}, &reach));
     child->bootstrap_->listenAddress().encode(info.listenAddr);
+    child->describeOwnAsks(&info);
   }
   std::vector<uint8_t> block(sizeof mine);
   std::memcpy(block.data(), &mine, sizeof mine);
@@ -1179,6 +1210,7 @@ Status Communicator::shrink(CommRef parentRef, uint64_t ticket, std::vector<int>
   LOOM_ASSIGN_OR_RETURN(child->bootstrap_, Bootstrap::open(Bootstrap::Identity{}, &reach));
   wire::RankInfo info = parent.bootstrap().peer(me);
   child->bootstrap_->listenAddress().encode(info.listenAddr);
+  child->describeOwnAsks(&info);
   const std::vector<uint8_t> blob = wire::encode(info);
 
   std::vector<uint8_t> table;

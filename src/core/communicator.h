@@ -65,6 +65,7 @@ struct CommOptions {
   // span hosts, or shared memory is off): smaller, see fromSettings().
   size_t networkSliceBytes = 128 * 1024;
   int channels = 1;  // connections per peer pair (plans address (peer, channel))
+  int maxChannels = 32;  // what a config's minCTAs may raise `channels` to
   double timeoutS = 1800;
   double stallWarnS = 60;  // 0: no stall warnings
   size_t flightEntries = 2000;  // the flight recorder's ring (0: none)
@@ -86,6 +87,15 @@ struct CommOptions {
   bool calibrate = false;
   // Filled from the settings; the API layer then applies ncclConfig_t.
   static CommOptions fromSettings();
+  // ncclConfig_t's fields that loom acts on (the API layer checks them);
+  // the matching settings, where set, win as in NCCL.
+  struct Config {
+    int minChannels = 0;    // minCTAs (0: not given); NCCL_MIN_CTAS wins
+    int maxChannels = 0;    // maxCTAs (0: not given); NCCL_MAX_CTAS wins
+    std::string network;    // netName ("": not given); NCCL_NET wins
+    int trafficClass = -1;  // trafficClass (-1: not given); NCCL_IB_TC wins
+  };
+  void apply(const Config& config);
 };
 
 // Runs an init or split job on any thread: an exception becomes an error.
@@ -303,6 +313,9 @@ class Communicator {
  private:
   enum class State { kInitializing, kReady, kFailed };
   Status finishInit();
+  // The parts of this rank's info that come from its own options (the
+  // transports its selection allows, flags, channels), for init and split.
+  void describeOwnAsks(wire::RankInfo* self) const;
   Status connectPeersAtInit();
   // LOOM_CALIBRATE, when every rank asks: alpha and beta of the ranks' link
   // class from timed ring shifts, the slowest rank's, into tuning_. Runs at

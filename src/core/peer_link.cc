@@ -162,7 +162,7 @@ Status PeerLink::startUpgrade(Bootstrap& bootstrap) {
     // NCCL_NET=IB is a requirement: a pair that no same-host backend took
     // and verbs could not connect fails instead of using its sockets.
     if (options_.selection.requiresVerbs()) {
-      return invalidUsage("NCCL_NET=" + options_.selection.net + " asks for verbs, but rank " + std::to_string(self_) +
+      return invalidUsage(options_.selection.describeNet() + " asks for verbs, but rank " + std::to_string(self_) +
                           " cannot reach rank " + std::to_string(peer_) + " over them: " + reasons);
     }
     LOOM_INFO(log::kInit, "rank %d: %s to rank %d (%s)", self_, network_->kind(), peer_, reasons.c_str());
@@ -172,7 +172,7 @@ Status PeerLink::startUpgrade(Bootstrap& bootstrap) {
   }
   mine_ = Offer{kOfferMagic, 1, 0, 0, {}};
   std::strncpy(mine_.backend, backend_->name(), sizeof mine_.backend - 1);
-  auto conn = backend_->listen(peer_, &myEndpoint_);
+  auto conn = backend_->listen(peer_, options_.selection, &myEndpoint_);
   if (conn.isOk() && myEndpoint_.size() <= kMaxEndpointBytes) {
     upgraded_ = std::move(conn.value());
     mine_.length = uint32_t(myEndpoint_.size());

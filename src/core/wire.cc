@@ -37,6 +37,7 @@ std::vector<uint8_t> encode(const RankInfo& info) {
   const size_t words = std::min(info.cpuMask.size(), kMaxCpuWords);
   w.put(uint32_t(words));
   for (size_t i = 0; i < words; ++i) w.put(info.cpuMask[i]);
+  w.put(info.channels);
   return out;
 }
 
@@ -89,6 +90,7 @@ Result<RankInfo> decodeRankInfo(std::span<const uint8_t> blob) {
     if (words > kMaxCpuWords) return remoteError("the peer sent a rank info with too large a CPU mask");
     info.cpuMask.resize(words);
     for (uint64_t& w : info.cpuMask) r.get(&w);
+    r.get(&info.channels);
   }
   LOOM_TRY(r.finish());
   return info;

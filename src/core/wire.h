@@ -89,11 +89,14 @@ struct RankInfo {
   // The CPUs the rank may run on (topology::currentCpuMask(), at most
   // kMaxCpuWords words): whether ranks of one host share CPUs.
   std::vector<uint64_t> cpuMask;
+  // The channels this rank's settings and config ask for: the communicator
+  // opens the fewest any rank asks for (every rank must address the same).
+  uint32_t channels = 1;
 };
 // 2: gpuUuid (before the hostname). 3: numa, pciPath, nics (before the hostname).
 // 4: transports (after the hostname). 5: flags (after transports).
-// 6: cpuMask (after flags).
-constexpr uint32_t kRankInfoVersion = 6;
+// 6: cpuMask (after flags). 7: channels (after cpuMask).
+constexpr uint32_t kRankInfoVersion = 7;
 // Settings every rank must share to take effect: a rank that asks alone
 // must not start something its peers will not join.
 constexpr uint32_t kRankFlagCalibrate = 1u << 0;  // LOOM_CALIBRATE

@@ -40,8 +40,8 @@ Result<Pair> makePair(bool asProcesses = false) {
   const Backend& backend = cudaipc::backend();
   Pair p;
   std::vector<uint8_t> ea, eb;
-  LOOM_ASSIGN_OR_RETURN(p.a, backend.listen(1, &ea));
-  LOOM_ASSIGN_OR_RETURN(p.b, backend.listen(0, &eb));
+  LOOM_ASSIGN_OR_RETURN(p.a, backend.listen(1, Selection{}, &ea));
+  LOOM_ASSIGN_OR_RETURN(p.b, backend.listen(0, Selection{}, &eb));
   if (asProcesses) {
     for (auto* blob : {&ea, &eb}) {
       LOOM_ASSIGN_OR_RETURN(cudaipc::Descriptor d, cudaipc::readEndpoint(*blob));

@@ -153,6 +153,50 @@ TEST(CommFeatures, ChannelsOpenOneConnectionPerPeerAndChannel) {
   }
 }
 
+// Two ranks as threads, each with `config`.
+ncclResult_t initWithConfig(std::vector<ncclComm_t>* comms, const ncclConfig_t& config) {
+  ncclUniqueId id;
+  if (ncclResult_t r = ncclGetUniqueId(&id); r != ncclSuccess) return r;
+  comms->assign(2, nullptr);
+  ncclConfig_t copy = config;
+  ncclResult_t first = ncclGroupStart();
+  for (int r = 0; r < 2; ++r) {
+    ncclResult_t res = ncclCommInitRankConfig(&(*comms)[size_t(r)], 2, id, r, &copy);
+    if (first == ncclSuccess) first = res;
+  }
+  ncclResult_t end = ncclGroupEnd();
+  return first != ncclSuccess ? first : end;
+}
+
+// ncclConfig_t's minCTAs opens channels as NCCL_MIN_NCHANNELS does (here 3
+// over TCP: 2 more connections x 2 sockets x 2 ranks once a large message
+// needs them), and netName names a required network as NCCL_NET does,
+// which, set, wins over it as in NCCL.
+TEST(CommFeatures, ConfigChannelsAndNetworkReachTheCommunicator) {
+  ScopedEnv env({"NCCL_SHM_DISABLE=1", "LOOM_SOCKETS_PER_PEER=2"});
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.minCTAs = 3;
+  config.maxCTAs = 8;
+  config.netName = "Socket";
+  std::vector<ncclComm_t> comms;
+  ASSERT_EQ(initWithConfig(&comms, config), ncclSuccess) << ncclGetLastError(nullptr);
+  allReduceAndCheck(comms, 1000);
+  const int before = socketFds();
+  allReduceAndCheck(comms, size_t(3) << 20);
+  EXPECT_EQ(socketFds() - before, 2 * 2 * 2);
+  destroyAll(comms);
+
+  config = NCCL_CONFIG_INITIALIZER;
+  config.netName = "Nonsense";
+  EXPECT_EQ(initWithConfig(&comms, config), ncclInvalidArgument);
+  EXPECT_NE(std::strstr(ncclGetLastError(nullptr), "ncclConfig_t.netName=Nonsense"), nullptr)
+      << ncclGetLastError(nullptr);
+  ScopedEnv net({"NCCL_NET=Socket"});
+  ASSERT_EQ(initWithConfig(&comms, config), ncclSuccess) << ncclGetLastError(nullptr);
+  allReduceAndCheck(comms, 1000);
+  destroyAll(comms);
+}
+
 TEST(CommFeatures, NonBlockingInitReportsInProgressUntilThePeerJoins) {
   ncclUniqueId id;
   ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);

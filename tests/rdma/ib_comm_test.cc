@@ -5,13 +5,19 @@
 // protection domain is gone after ncclCommDestroy and after ncclCommAbort
 // (the device's resource counts, as `rdma resource show` gives them, are
 // back where they started), ncclCommRegister'd buffers become memory
-// regions and go again at ncclCommDeregister, and a verbs requirement that
-// cannot be met fails init instead of falling back to sockets.
+// regions and go again at ncclCommDeregister, a verbs requirement that
+// cannot be met fails init instead of falling back to sockets, and an
+// ncclConfig_t's trafficClass reaches the queue pairs.
 #include <gtest/gtest.h>
 #include <nccl.h>
 
+#include <unistd.h>
+
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <sstream>
 #include <string>
@@ -156,6 +162,55 @@ TEST(IbComm, UnmetVerbsRequirementFailsInit) {
   const std::string why = ncclGetLastError(nullptr);
   EXPECT_NE(why.find("NCCL_NET=IB"), std::string::npos) << why;
   EXPECT_NE(why.find("NCCL_IB_HCA"), std::string::npos) << why;
+}
+
+// ncclConfig_t.trafficClass is the queue pairs' traffic class unless
+// NCCL_IB_TC is set, which wins as in NCCL. Each connection logs what the
+// device holds once connected.
+std::string connectWithTrafficClass(int trafficClass, std::vector<std::string> extraEnv) {
+  char path[] = "/tmp/loom-ib-tc-XXXXXX";
+  const int fd = mkstemp(path);
+  if (fd < 0) return "mkstemp failed";
+  close(fd);
+  {
+    extraEnv.insert(extraEnv.end(), {"NCCL_NET=IB", "NCCL_SHM_DISABLE=1", "NCCL_DEBUG=INFO",
+                                     "NCCL_DEBUG_SUBSYS=NET", std::string("NCCL_DEBUG_FILE=") + path});
+    ScopedEnv env(extraEnv);
+    ncclUniqueId id;
+    EXPECT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+    std::vector<ncclComm_t> comms(2, nullptr);
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.trafficClass = trafficClass;
+    EXPECT_EQ(ncclGroupStart(), ncclSuccess);
+    for (int r = 0; r < 2; ++r) EXPECT_EQ(ncclCommInitRankConfig(&comms[size_t(r)], 2, id, r, &config), ncclSuccess);
+    EXPECT_EQ(ncclGroupEnd(), ncclSuccess) << ncclGetLastError(nullptr);
+    onRanks(2, [&](int r) {
+      int32_t one = 1, sum = 0;
+      EXPECT_EQ(ncclAllReduce(&one, &sum, 1, ncclInt32, ncclSum, comms[size_t(r)], nullptr), ncclSuccess);
+      EXPECT_EQ(sum, 2);
+    });
+    for (ncclComm_t c : comms) EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
+  }
+  std::ifstream in(path);
+  std::string log((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::remove(path);
+  return log;
+}
+
+void expectEveryConnection(const std::string& log, const std::string& held) {
+  size_t connections = 0;
+  std::istringstream lines(log);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.find("verbs connection") == std::string::npos || line.find("ready") == std::string::npos) continue;
+    ++connections;
+    EXPECT_NE(line.find(held), std::string::npos) << line;
+  }
+  EXPECT_GE(connections, 2u) << log;
+}
+
+TEST(IbComm, ConfigTrafficClassReachesTheQueuePairs) {
+  expectEveryConnection(connectWithTrafficClass(96, {}), "traffic class 96");
+  expectEveryConnection(connectWithTrafficClass(96, {"NCCL_IB_TC=106"}), "traffic class 106");
 }
 
 }  // namespace

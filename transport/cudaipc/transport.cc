@@ -26,7 +26,7 @@ class CudaIpcBackend final : public Backend {
     return "";
   }
 
-  Result<std::unique_ptr<Connection>> listen(int peer, std::vector<uint8_t>* endpoint) const override {
+  Result<std::unique_ptr<Connection>> listen(int peer, const Selection&, std::vector<uint8_t>* endpoint) const override {
     LOOM_ASSIGN_OR_RETURN(auto conn, CudaIpcConnection::create(peer, device::api(), slotBytesFromSettings()));
     conn->deferMapping(true);  // the engine's: a user's stream may wait on its operations
     writeEndpoint(conn->local(), endpoint);

@@ -54,7 +54,7 @@ class IbRegion final : public Region {
 
 }  // namespace
 
-IbConnection::Options IbConnection::Options::fromSettings() {
+IbConnection::Options IbConnection::Options::fromSettings(int commClass) {
   auto cfg = settings::current();
   Options o;
   o.qps = clampInt(cfg->getInt("NCCL_IB_QPS_PER_CONNECTION"), 1, int(kMaxQps));
@@ -63,6 +63,8 @@ IbConnection::Options IbConnection::Options::fromSettings() {
   o.retryCount = clampInt(cfg->getInt("NCCL_IB_RETRY_CNT"), 0, 7);
   o.serviceLevel = clampInt(cfg->getInt("NCCL_IB_SL"), 0, 15);
   o.trafficClass = clampInt(cfg->getInt("NCCL_IB_TC"), 0, 255);
+  if (commClass >= 0 && commClass <= 255 && !cfg->isSet("NCCL_IB_TC")) o.trafficClass = commClass;
+  if (commClass >= 0 && commClass <= 15 && !cfg->isSet("NCCL_IB_SL")) o.serviceLevel = commClass;
   o.gpuDirect = gpuDirectWhyNot().empty();
   return o;
 }

@@ -91,7 +91,10 @@ class IbConnection final : public Connection {
     int trafficClass = 0;        // NCCL_IB_TC (RoCE: the GRH's; InfiniBand routes without one)
     double probeAfterS = 1;      // quiet time before a liveness probe
     bool gpuDirect = false;      // LOOM_IB_GPUDIRECT, where gpuDirectWhyNot() is ""
-    static Options fromSettings();
+    // `commClass`: the communicator's ncclConfig_t.trafficClass (-1: none),
+    // its traffic class where NCCL_IB_TC is unset and, when 0 .. 15, its
+    // service level where NCCL_IB_SL is unset (NCCL's order).
+    static Options fromSettings(int commClass = -1);
   };
   // Why this process cannot move device buffers over verbs itself ("" when
   // it can): LOOM_IB_GPUDIRECT off, no CUDA device, no dma-buf registration

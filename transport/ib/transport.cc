@@ -55,17 +55,19 @@ class IbBackend final : public Backend {
 
   std::string whyNot(const PeerView& self, const PeerView& peer, const Selection& selection) const override {
     if (selection.ibDisabled) return "NCCL_IB_DISABLE=1";
-    if (!selection.wantsNetwork("IB")) return "NCCL_NET=" + selection.net;
+    if (!selection.wantsNetwork("IB")) return selection.describeNet();
     if (!(self.transports & kTransportVerbs)) return "this rank has no usable verbs port";
     if (!(peer.transports & kTransportVerbs)) return "rank " + std::to_string(peer.rank) + " has no usable verbs port";
     return "";
   }
 
-  Result<std::unique_ptr<Connection>> listen(int peer, std::vector<uint8_t>* endpoint) const override {
+  Result<std::unique_ptr<Connection>> listen(int peer, const Selection& selection,
+                                             std::vector<uint8_t>* endpoint) const override {
     std::string why;
     const std::vector<PortInfo> ports = usablePorts(&why);
     if (ports.empty()) return systemError("no usable verbs port: " + why);
-    LOOM_ASSIGN_OR_RETURN(auto conn, IbConnection::create(peer, ports[0], IbConnection::Options::fromSettings()));
+    LOOM_ASSIGN_OR_RETURN(auto conn, IbConnection::create(peer, ports[0],
+                                                          IbConnection::Options::fromSettings(selection.trafficClass)));
     writeEndpoint(conn->endpoint(), endpoint);
     return std::unique_ptr<Connection>(std::move(conn));
   }

@@ -20,7 +20,7 @@ class ShmBackend final : public Backend {
     return "";
   }
 
-  Result<std::unique_ptr<Connection>> listen(int peer, std::vector<uint8_t>* endpoint) const override {
+  Result<std::unique_ptr<Connection>> listen(int peer, const Selection&, std::vector<uint8_t>* endpoint) const override {
     LOOM_ASSIGN_OR_RETURN(auto conn, ShmConnection::create(peer, ShmConnection::Options::fromSettings()));
     writeEndpoint(conn->local(), endpoint);
     return std::unique_ptr<Connection>(std::move(conn));

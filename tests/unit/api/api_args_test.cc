@@ -89,6 +89,43 @@ TEST_F(ApiArgs, InitCalls) {
   config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 5;
   EXPECT_BAD(ncclCommInitRankConfig(&c, 1, id, 0, &config), ncclInvalidArgument, "blocking");
+  // The values NCCL refuses, each named.
+  const struct {
+    void (*set)(ncclConfig_t*);
+    const char* field;
+  } refused[] = {
+      {[](ncclConfig_t* k) { k->minCTAs = 0; }, "minCTAs is 0"},
+      {[](ncclConfig_t* k) { k->maxCTAs = -2; }, "maxCTAs is -2"},
+      {[](ncclConfig_t* k) { k->minCTAs = 8, k->maxCTAs = 4; }, "minCTAs 8 is more than maxCTAs 4"},
+      {[](ncclConfig_t* k) { k->cgaClusterSize = -1; }, "cgaClusterSize"},
+      {[](ncclConfig_t* k) { k->splitShare = 2; }, "splitShare"},
+      {[](ncclConfig_t* k) { k->collnetEnable = 3; }, "collnetEnable"},
+      {[](ncclConfig_t* k) { k->shrinkShare = -1; }, "shrinkShare"},
+      {[](ncclConfig_t* k) { k->CTAPolicy = 8; }, "CTAPolicy"},
+      {[](ncclConfig_t* k) { k->nvlsCTAs = 0; }, "nvlsCTAs"},
+      {[](ncclConfig_t* k) { k->nChannelsPerNetPeer = 0; }, "nChannelsPerNetPeer"},
+      {[](ncclConfig_t* k) { k->nvlinkCentricSched = 2; }, "nvlinkCentricSched"},
+  };
+  for (const auto& r : refused) {
+    config = NCCL_CONFIG_INITIALIZER;
+    r.set(&config);
+    EXPECT_BAD(ncclCommInitRankConfig(&c, 1, id, 0, &config), ncclInvalidArgument, "config->", r.field);
+  }
+  // Accepted values work: a one-rank communicator with every field set.
+  config = NCCL_CONFIG_INITIALIZER;
+  config.cgaClusterSize = 2;
+  config.minCTAs = 2;
+  config.maxCTAs = 4;
+  config.splitShare = 1;
+  config.trafficClass = 106;
+  config.collnetEnable = 0;
+  config.CTAPolicy = NCCL_CTA_POLICY_EFFICIENCY;
+  config.shrinkShare = 0;
+  config.nvlsCTAs = 16;
+  config.nChannelsPerNetPeer = 2;
+  config.nvlinkCentricSched = 1;
+  ASSERT_EQ(ncclCommInitRankConfig(&c, 1, id, 0, &config), ncclSuccess) << ncclGetLastError(nullptr);
+  EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
 
   EXPECT_BAD(ncclCommInitRankScalable(&c, 2, 0, 1, nullptr, nullptr), ncclInvalidArgument,
              "ncclCommInitRankScalable", "commIds");

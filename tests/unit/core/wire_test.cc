@@ -29,6 +29,7 @@ wire::RankInfo sampleInfo() {
   info.transports = 1;  // a usable verbs port
   info.flags = wire::kRankFlagCalibrate;
   info.cpuMask = {0x5, uint64_t(1) << 63};  // CPUs 0, 2 and 127
+  info.channels = 3;
   return info;
 }
 
@@ -58,6 +59,7 @@ void expectSame(const wire::RankInfo& a, const wire::RankInfo& b) {
   EXPECT_EQ(a.transports, b.transports);
   EXPECT_EQ(a.flags, b.flags);
   EXPECT_EQ(a.cpuMask, b.cpuMask);
+  EXPECT_EQ(a.channels, b.channels);
 }
 
 TEST(Wire, RankInfoRoundTripsAndStartsWithItsVersion) {
@@ -84,8 +86,8 @@ TEST(Wire, RankInfoRefusesTooManyNicsOrPciLevels) {
   none.nics.clear();
   auto small = wire::encode(none);
   // Before the hostname (its length and bytes), the transports, the flags
-  // and the CPU mask (its word count and words).
-  const size_t countAt = small.size() - 4 - 8 * none.cpuMask.size() - 4 - 4 - none.hostname.size() - 4 - 4;
+  // the CPU mask (its word count and words) and the channels.
+  const size_t countAt = small.size() - 4 - 4 - 8 * none.cpuMask.size() - 4 - 4 - none.hostname.size() - 4 - 4;
   small[countAt] = uint8_t(wire::kMaxNics + 1);
   auto r = wire::decodeRankInfo(small);
   ASSERT_FALSE(r.isOk());
@@ -103,7 +105,7 @@ TEST(Wire, RankInfoCpuMaskIsBounded) {
   wire::RankInfo none = sampleInfo();
   none.cpuMask.clear();
   auto blob = wire::encode(none);
-  blob[blob.size() - 4] = uint8_t(wire::kMaxCpuWords + 1);  // the word count, last
+  blob[blob.size() - 8] = uint8_t(wire::kMaxCpuWords + 1);  // the word count, before the channels
   blob.resize(blob.size() + 8 * (wire::kMaxCpuWords + 1));
   auto r = wire::decodeRankInfo(blob);
   ASSERT_FALSE(r.isOk());
@@ -133,8 +135,8 @@ TEST(Wire, RankInfoRefusesOtherVersionsShortLongAndOversizedBlobs) {
   big.hostname.assign(wire::kMaxHostnameBytes, 'h');
   auto atLimit = wire::encode(big);
   ASSERT_TRUE(wire::decodeRankInfo(atLimit).isOk());
-  // Transports, flags and the CPU mask come last.
-  const size_t lengthAt = atLimit.size() - 4 - 8 * big.cpuMask.size() - 4 - 4 - wire::kMaxHostnameBytes - 4;
+  // Transports, flags, the CPU mask and the channels come last.
+  const size_t lengthAt = atLimit.size() - 4 - 4 - 8 * big.cpuMask.size() - 4 - 4 - wire::kMaxHostnameBytes - 4;
   atLimit[lengthAt + 1] = 1;  // 255 + 256 bytes
   refused(atLimit, "oversized string");
   refused(std::vector<uint8_t>(wire::kMaxRankInfoBytes + 1, 1), "oversized rank info");

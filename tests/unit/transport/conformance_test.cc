@@ -78,8 +78,8 @@ using PeerBody = std::function<int(Connection& b, Child& self)>;
 Result<Pair> pairThrough(const Backend& backend) {
   std::vector<uint8_t> ea, eb;
   Pair p;
-  LOOM_ASSIGN_OR_RETURN(p.a, backend.listen(1, &ea));
-  LOOM_ASSIGN_OR_RETURN(p.b, backend.listen(0, &eb));
+  LOOM_ASSIGN_OR_RETURN(p.a, backend.listen(1, Selection{}, &ea));
+  LOOM_ASSIGN_OR_RETURN(p.b, backend.listen(0, Selection{}, &eb));
   LOOM_TRY(backend.connect(*p.a, eb));
   LOOM_TRY(backend.connect(*p.b, ea));
   return p;
@@ -141,10 +141,10 @@ struct ShmKit {
   static Result<std::unique_ptr<Child>> forkPeer(const PeerBody& body, std::unique_ptr<Connection>* a) {
     const Backend& backend = shm::backend();
     std::vector<uint8_t> ea;
-    LOOM_ASSIGN_OR_RETURN(*a, backend.listen(1, &ea));
+    LOOM_ASSIGN_OR_RETURN(*a, backend.listen(1, Selection{}, &ea));
     LOOM_ASSIGN_OR_RETURN(auto child, Child::start([&](Child& self) {
       std::vector<uint8_t> eb;
-      auto b = backend.listen(0, &eb);
+      auto b = backend.listen(0, Selection{}, &eb);
       if (!b.isOk()) return 10;
       const uint32_t n = uint32_t(eb.size());
       if (!self.send(&n, sizeof n).isOk() || !self.send(eb.data(), n).isOk()) return 11;
@@ -188,7 +188,7 @@ struct IbKit {
     const Backend& backend = ib::backend();
     LOOM_ASSIGN_OR_RETURN(auto child, Child::start([&](Child& self) {
       std::vector<uint8_t> eb;
-      auto b = backend.listen(0, &eb);
+      auto b = backend.listen(0, Selection{}, &eb);
       if (!b.isOk()) return 10;
       const uint32_t n = uint32_t(eb.size());
       if (!self.send(&n, sizeof n).isOk() || !self.send(eb.data(), n).isOk()) return 11;
@@ -204,7 +204,7 @@ struct IbKit {
     if (n > 4096) return internalError("test: endpoint too large");
     std::vector<uint8_t> eb(n), ea;
     LOOM_TRY(child->recv(eb.data(), n, Deadline::afterSeconds(30)));
-    LOOM_ASSIGN_OR_RETURN(*a, backend.listen(1, &ea));
+    LOOM_ASSIGN_OR_RETURN(*a, backend.listen(1, Selection{}, &ea));
     const uint32_t m = uint32_t(ea.size());
     LOOM_TRY(child->send(&m, sizeof m));
     LOOM_TRY(child->send(ea.data(), m));

@@ -121,7 +121,7 @@ TEST(IbBackend, SaysWhyWithoutAPort) {
   }
   EXPECT_FALSE(why.empty());
   std::vector<uint8_t> endpoint;
-  auto half = backend().listen(1, &endpoint);
+  auto half = backend().listen(1, Selection{}, &endpoint);
   ASSERT_FALSE(half.isOk());
   EXPECT_NE(half.status().message().find("no usable verbs port"), std::string::npos) << half.status().message();
 }
@@ -204,16 +204,18 @@ TEST(IbGidSelection, BadSettingsAreRefusedWithTheirNames) {
   settings::reload();
 }
 
-// The class of service: NCCL's settings, kept within what verbs takes.
+// The class of service: NCCL's settings, kept within what verbs takes;
+// where they are unset, the communicator's ncclConfig_t.trafficClass (the
+// service level too when it fits in 0 .. 15, as NCCL takes it).
 TEST(IbConnectionOptions, ServiceLevelAndTrafficClassFromNcclSettings) {
   IbConnection::Options d = IbConnection::Options::fromSettings();
   EXPECT_EQ(d.serviceLevel, 0);
   EXPECT_EQ(d.trafficClass, 0);
-  auto with = [](const char* sl, const char* tc) {
-    ::setenv("NCCL_IB_SL", sl, 1);
-    ::setenv("NCCL_IB_TC", tc, 1);
+  auto with = [](const char* sl, const char* tc, int commClass = -1) {
+    if (sl) ::setenv("NCCL_IB_SL", sl, 1);
+    if (tc) ::setenv("NCCL_IB_TC", tc, 1);
     settings::reload();
-    IbConnection::Options o = IbConnection::Options::fromSettings();
+    IbConnection::Options o = IbConnection::Options::fromSettings(commClass);
     ::unsetenv("NCCL_IB_SL");
     ::unsetenv("NCCL_IB_TC");
     settings::reload();
@@ -222,6 +224,10 @@ TEST(IbConnectionOptions, ServiceLevelAndTrafficClassFromNcclSettings) {
   EXPECT_EQ(with("3", "106"), std::make_pair(3, 106));
   EXPECT_EQ(with("16", "256"), std::make_pair(15, 255));
   EXPECT_EQ(with("-1", "-5"), std::make_pair(0, 0));
+  EXPECT_EQ(with(nullptr, nullptr, 96), std::make_pair(0, 96));
+  EXPECT_EQ(with(nullptr, nullptr, 5), std::make_pair(5, 5));
+  EXPECT_EQ(with("2", "106", 5), std::make_pair(2, 106));  // set, NCCL's settings win
+  EXPECT_EQ(with(nullptr, "106", 5), std::make_pair(5, 106));
 }
 
 // GPUDirect is off unless asked for, and asked for it still says why it

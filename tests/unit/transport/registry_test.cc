@@ -159,8 +159,8 @@ TEST(Registry, HalvesConnectThroughTheirEndpoints) {
   const Backend* b = find("shm");
   ASSERT_NE(b, nullptr);
   std::vector<uint8_t> ea, eb;
-  auto a = b->listen(1, &ea);
-  auto c = b->listen(0, &eb);
+  auto a = b->listen(1, Selection{}, &ea);
+  auto c = b->listen(0, Selection{}, &eb);
   ASSERT_TRUE(a.isOk()) << a.status().message();
   ASSERT_TRUE(c.isOk()) << c.status().message();
   ASSERT_TRUE(b->connect(*a.value(), eb).isOk());
@@ -182,12 +182,12 @@ TEST(Registry, DamagedEndpointsAreErrors) {
   const Backend* b = find("shm");
   ASSERT_NE(b, nullptr);
   std::vector<uint8_t> mine, theirs;
-  auto half = b->listen(1, &mine);
-  auto peer = b->listen(0, &theirs);
+  auto half = b->listen(1, Selection{}, &mine);
+  auto peer = b->listen(0, Selection{}, &theirs);
   ASSERT_TRUE(half.isOk() && peer.isOk());
 
   auto attempt = [&](std::vector<uint8_t> blob) {
-    auto fresh = b->listen(1, &mine);  // a half that has not attached yet
+    auto fresh = b->listen(1, Selection{}, &mine);  // a half that has not attached yet
     EXPECT_TRUE(fresh.isOk());
     return b->connect(*fresh.value(), blob);
   };
