@@ -508,16 +508,17 @@ ncclResult_t pncclCommDeregister(const ncclComm_t comm, void* handle);
 /* ncclCommWindowRegister: collective; register [buff, buff+size) on every
  * rank as one window (winFlags: NCCL_WIN_*; NCCL_WIN_COLL_SYMMETRIC asks for
  * equal sizes and NCCL_WIN_REQUIRED_ALIGNMENT-aligned buffers).
- * NOT SUPPORTED by loom yet: returns ncclInvalidUsage without creating a
- * window (ncclInvalidArgument for an unknown comm); use ncclCommRegister. */
+ * In loom a window is a registration with ncclCommRegister's effect,
+ * released by ncclCommWindowDeregister only; loom has no symmetric
+ * kernels, so NCCL_WIN_COLL_SYMMETRIC changes nothing, and the call does
+ * not communicate (sizes are not compared across ranks). */
 ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win,
                                     int winFlags);
 ncclResult_t pncclCommWindowRegister(ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win,
                                      int winFlags);
 
 /* ncclCommWindowDeregister: release a window from ncclCommWindowRegister.
- * NOT SUPPORTED by loom yet: returns ncclInvalidUsage (ncclInvalidArgument
- * for an unknown comm). */
+ * No pending operation may still use the buffer. */
 ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win);
 ncclResult_t pncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win);
 

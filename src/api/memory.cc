@@ -1,6 +1,7 @@
-// Memory allocation and buffer registration. ncclCommRegister hands the
-// buffer to the communicator's registration cache (core/registration.h):
-// each connection registers it when a transfer first uses it.
+// Memory allocation and buffer registration. ncclCommRegister and
+// ncclCommWindowRegister hand the buffer to the communicator's registration
+// cache (core/registration.h): each connection registers it when a transfer
+// first uses it.
 #include <cstdint>
 #include <cstdlib>
 #include <mutex>
@@ -17,6 +18,13 @@ namespace {
 
 std::mutex gAllocMutex;
 std::map<void*, loom::device::Api*> gAllocations;  // live ncclMemAlloc pointers: the table for device memory
+
+// What a registered buffer holds: host memory in host mode, device memory
+// in cuda mode.
+loom::transport::MemoryType memoryOf(const Communicator& comm) {
+  return comm.mode() == loom::core::Mode::kCuda ? loom::transport::MemoryType::kDevice
+                                                : loom::transport::MemoryType::kHost;
+}
 
 }  // namespace
 
@@ -70,12 +78,10 @@ NCCL_API(ncclResult_t, ncclCommRegister, const ncclComm_t comm, void* buff, size
     LOOM_TRY(checkPtr(buff, "buff"));
     LOOM_TRY(checkPtr(handle, "handle"));
     if (size == 0) return loom::invalidArgument("size is 0");
-    // Host memory in host mode, device memory in cuda mode. Each connection
-    // registers it when a transfer first uses it (core/registration.h); a
-    // CUDA IPC connection's peer then copies straight out of it.
-    const auto memory = pinned->mode() == loom::core::Mode::kCuda ? loom::transport::MemoryType::kDevice
-                                                                  : loom::transport::MemoryType::kHost;
-    const uint64_t h = pinned->registrations().add(buff, size, memory);
+    // Each connection registers it when a transfer first uses it
+    // (core/registration.h); a CUDA IPC connection's peer then copies
+    // straight out of it.
+    const uint64_t h = pinned->registrations().add(buff, size, memoryOf(*pinned));
     *handle = reinterpret_cast<void*>(uintptr_t(h));
     return Status::ok();
   });
@@ -89,12 +95,35 @@ NCCL_API(ncclResult_t, ncclCommDeregister, const ncclComm_t comm, void* handle) 
   });
 }
 
+// A window is a registration (the same effect as ncclCommRegister: each
+// connection registers the buffer when a transfer first uses it, and a
+// registered buffer skips a copy) undone only by ncclCommWindowDeregister.
+// NCCL runs symmetric kernels on NCCL_WIN_COLL_SYMMETRIC windows; loom has
+// none, so the flag changes nothing. Sizes are not compared across ranks:
+// the call needs no communication, in a group or not.
 NCCL_API(ncclResult_t, ncclCommWindowRegister, ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win,
          int winFlags) {
   return guard("ncclCommWindowRegister", [&]() -> Status {
     LOOM_ASSIGN_OR_RETURN(loom::core::CommRef pinned, lookup(comm));
-    return loom::invalidUsage("ncclCommWindowRegister (symmetric memory windows) is not supported by loom "
-                              "yet; use ncclCommRegister");
+    LOOM_TRY(checkPtr(buff, "buff"));
+    LOOM_TRY(checkPtr(win, "win"));
+    if (size == 0) return loom::invalidArgument("size is 0");
+    if ((winFlags & ~NCCL_WIN_COLL_SYMMETRIC) != 0) {
+      return loom::invalidArgument("winFlags " + std::to_string(winFlags) +
+                                   ": only NCCL_WIN_DEFAULT and NCCL_WIN_COLL_SYMMETRIC are defined");
+    }
+    const uint64_t h = pinned->registrations().add(buff, size, memoryOf(*pinned), core::RegistrationCache::Kind::kWindow);
+    *win = reinterpret_cast<ncclWindow_t>(uintptr_t(h));
+    return Status::ok();
+  });
+}
+
+NCCL_API(ncclResult_t, ncclCommWindowDeregister, ncclComm_t comm, ncclWindow_t win) {
+  return guard("ncclCommWindowDeregister", [&]() -> Status {
+    LOOM_ASSIGN_OR_RETURN(loom::core::CommRef pinned, lookup(comm));
+    LOOM_TRY(checkPtr(win, "win"));
+    return pinned->registrations().remove(uint64_t(reinterpret_cast<uintptr_t>(win)),
+                                          core::RegistrationCache::Kind::kWindow);
   });
 }
 
@@ -116,12 +145,5 @@ NCCL_API(ncclResult_t, ncclDevCommDestroy, ncclComm_t comm, const void* devComm)
   return guard("ncclDevCommDestroy", [&]() -> Status {
     LOOM_ASSIGN_OR_RETURN(loom::core::CommRef pinned, lookup(comm));
     return loom::invalidUsage("ncclDevCommDestroy: NCCL's device API is not supported by loom");
-  });
-}
-
-NCCL_API(ncclResult_t, ncclCommWindowDeregister, ncclComm_t comm, ncclWindow_t win) {
-  return guard("ncclCommWindowDeregister", [&]() -> Status {
-    LOOM_ASSIGN_OR_RETURN(loom::core::CommRef pinned, lookup(comm));
-    return loom::invalidUsage("ncclCommWindowDeregister is not supported by loom yet");
   });
 }

@@ -8,19 +8,27 @@ using transport::Connection;
 using transport::MemoryType;
 using transport::Region;
 
-uint64_t RegistrationCache::add(void* base, size_t bytes, MemoryType memory) {
+uint64_t RegistrationCache::add(void* base, size_t bytes, MemoryType memory, Kind kind) {
   static std::atomic<uint64_t> next{1};
   const uint64_t handle = next.fetch_add(1, std::memory_order_relaxed);
   std::lock_guard<std::mutex> lock(mutex_);
-  users_.emplace(handle, User{base, bytes, memory, {}});
+  users_.emplace(handle, User{base, bytes, memory, kind, {}});
   hasUser_.store(true, std::memory_order_relaxed);
   return handle;
 }
 
-Status RegistrationCache::remove(uint64_t handle) {
+Status RegistrationCache::remove(uint64_t handle, Kind kind) {
+  const bool window = kind == Kind::kWindow;
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = users_.find(handle);
-  if (it == users_.end()) return invalidArgument("handle was not returned by ncclCommRegister on this communicator");
+  if (it == users_.end()) {
+    return invalidArgument(window ? "win was not returned by ncclCommWindowRegister on this communicator"
+                                  : "handle was not returned by ncclCommRegister on this communicator");
+  }
+  if (it->second.kind != kind) {
+    return invalidArgument(window ? "win is an ncclCommRegister handle: release it with ncclCommDeregister"
+                                  : "handle is a window: release it with ncclCommWindowDeregister");
+  }
   users_.erase(it);  // its regions deregister as they are destroyed
   hasUser_.store(!users_.empty(), std::memory_order_relaxed);
   return Status::ok();

@@ -38,13 +38,17 @@ class RegistrationCache {
   RegistrationCache(const RegistrationCache&) = delete;
   RegistrationCache& operator=(const RegistrationCache&) = delete;
 
-  // ncclCommRegister: a handle for remove(), unique in the process (a
-  // handle of another communicator is refused). Overlapping registrations
-  // are allowed; the one registered first wins a lookup.
-  uint64_t add(void* base, size_t bytes, transport::MemoryType memory);
-  // ncclCommDeregister: releases its regions on every connection. Unknown
-  // handles are an error. The caller guarantees no transfer still uses it.
-  Status remove(uint64_t handle);
+  // A user registration comes from ncclCommRegister or, as a window, from
+  // ncclCommWindowRegister; each is undone only by its own call.
+  enum class Kind { kBuffer, kWindow };
+  // A handle for remove(), unique in the process (a handle of another
+  // communicator is refused). Overlapping registrations are allowed; the
+  // one registered first wins a lookup.
+  uint64_t add(void* base, size_t bytes, transport::MemoryType memory, Kind kind = Kind::kBuffer);
+  // ncclCommDeregister / ncclCommWindowDeregister: releases its regions on
+  // every connection. Unknown handles, and handles of the other kind, are
+  // an error. The caller guarantees no transfer still uses it.
+  Status remove(uint64_t handle, Kind kind = Kind::kBuffer);
 
   // The region of `c` holding [p, p + n), registered with `c` on first use;
   // null when no registration is wanted (see above). Errors come from the
@@ -68,6 +72,7 @@ class RegistrationCache {
     void* base;
     size_t bytes;
     transport::MemoryType memory;
+    Kind kind;
     std::map<const transport::Connection*, std::unique_ptr<transport::Region>> regions;
   };
   struct Implicit {

@@ -155,6 +155,11 @@ TEST_F(ApiArgs, SplitAndUnsupportedCalls) {
   EXPECT_BAD(ncclCommWindowRegister(nullptr, a_.data(), 256, &win, 0), ncclInvalidArgument,
              "ncclCommWindowRegister", "comm");
   EXPECT_BAD(ncclCommWindowDeregister(nullptr, win), ncclInvalidArgument, "ncclCommWindowDeregister", "comm");
+  EXPECT_BAD(ncclCommWindowRegister(one_, nullptr, 256, &win, 0), ncclInvalidArgument, "buff");
+  EXPECT_BAD(ncclCommWindowRegister(one_, a_.data(), 256, nullptr, 0), ncclInvalidArgument, "win");
+  EXPECT_BAD(ncclCommWindowRegister(one_, a_.data(), 0, &win, 0), ncclInvalidArgument, "size");
+  EXPECT_BAD(ncclCommWindowRegister(one_, a_.data(), 256, &win, 4), ncclInvalidArgument, "winFlags 4");
+  EXPECT_BAD(ncclCommWindowDeregister(one_, nullptr), ncclInvalidArgument, "win");
   // The communicator still works after all that.
   EXPECT_EQ(ncclAllReduce(a_.data(), b_.data(), 64, ncclFloat32, ncclSum, one_, nullptr), ncclSuccess);
 }
@@ -201,6 +206,20 @@ TEST_F(ApiArgs, RegistrationAndReductionOps) {
   EXPECT_BAD(ncclCommDeregister(one_, nullptr), ncclInvalidArgument, "ncclCommDeregister", "handle");
   EXPECT_BAD(ncclCommDeregister(one_, a_.data()), ncclInvalidArgument, "handle");
   EXPECT_BAD(ncclCommDeregister(nullptr, a_.data()), ncclInvalidArgument, "comm");
+  // A window and a buffer registration are each undone by their own call,
+  // on their own communicator, once.
+  ncclWindow_t win = nullptr;
+  ASSERT_EQ(ncclCommWindowRegister(one_, a_.data(), 256, &win, NCCL_WIN_COLL_SYMMETRIC), ncclSuccess);
+  ASSERT_NE(win, nullptr);
+  ASSERT_EQ(ncclCommRegister(one_, a_.data(), 256, &h), ncclSuccess);
+  EXPECT_BAD(ncclCommDeregister(one_, win), ncclInvalidArgument, "ncclCommWindowDeregister");
+  EXPECT_BAD(ncclCommWindowDeregister(one_, static_cast<ncclWindow_t>(h)), ncclInvalidArgument, "ncclCommDeregister");
+  EXPECT_BAD(ncclCommWindowDeregister(two_[0], win), ncclInvalidArgument, "this communicator");
+  EXPECT_EQ(ncclAllReduce(a_.data(), b_.data(), 64, ncclFloat32, ncclSum, one_, nullptr), ncclSuccess);
+  EXPECT_EQ(b_[63], 1.0f);
+  EXPECT_EQ(ncclCommWindowDeregister(one_, win), ncclSuccess);
+  EXPECT_BAD(ncclCommWindowDeregister(one_, win), ncclInvalidArgument, "not returned by ncclCommWindowRegister");
+  EXPECT_EQ(ncclCommDeregister(one_, h), ncclSuccess);
 
   ncclRedOp_t op;
   float scalar = 2;

@@ -97,6 +97,31 @@ TEST(RegistrationCache, UserRegistrationServesEveryTransferInsideIt) {
   EXPECT_EQ(after.value(), nullptr);
 }
 
+// A window (ncclCommWindowRegister) serves transfers as a buffer
+// registration does, and each kind is removed only as itself.
+TEST(RegistrationCache, WindowsServeTransfersAndAreRemovedOnlyAsWindows) {
+  gLiveRegions = 0;
+  RegistrationCache cache(1 << 20);
+  std::vector<uint8_t> buf(4096);
+  RegisteringConnection a(false);
+  const uint64_t w = cache.add(buf.data(), buf.size(), MemoryType::kHost, RegistrationCache::Kind::kWindow);
+  const uint64_t h = cache.add(buf.data(), 64, MemoryType::kHost);
+  auto r = cache.find(a, buf.data() + 1000, 100, MemoryType::kHost);
+  ASSERT_TRUE(r.isOk());
+  ASSERT_NE(r.value(), nullptr);
+  EXPECT_EQ(r.value()->bytes(), buf.size());
+  Status asBuffer = cache.remove(w);
+  EXPECT_EQ(asBuffer.code(), Code::kInvalidArgument);
+  EXPECT_NE(asBuffer.message().find("ncclCommWindowDeregister"), std::string::npos) << asBuffer.message();
+  Status asWindow = cache.remove(h, RegistrationCache::Kind::kWindow);
+  EXPECT_EQ(asWindow.code(), Code::kInvalidArgument);
+  EXPECT_NE(asWindow.message().find("ncclCommDeregister"), std::string::npos) << asWindow.message();
+  EXPECT_EQ(gLiveRegions, 1);
+  ASSERT_TRUE(cache.remove(w, RegistrationCache::Kind::kWindow).isOk());
+  EXPECT_EQ(gLiveRegions, 0);
+  ASSERT_TRUE(cache.remove(h).isOk());
+}
+
 TEST(RegistrationCache, ImplicitRegistrationsAreReusedAndEvictedLeastRecentlyUsedFirst) {
   gLiveRegions = 0;
   RegistrationCache cache(3 * 1024);  // room for three 1 KiB buffers
