@@ -9,7 +9,6 @@ transport/shm/endpoint.cc
     python3 tests/fuzz/make_corpus.py
 """
 import os
-import shutil
 import struct
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -40,14 +39,20 @@ def pci_path(ids):
     return struct.pack("<I", len(ids)) + b"".join(struct.pack("<I", len(i)) + i for i in ids)
 
 
-def rank_info(addr, pid, host, host_hash=0x1234, mode=0, cuda=0xFFFFFFFF, uuid=b"", version=4, numa=0,
-              path=(), nics=(), transports=0):
+# wire::kRankInfoVersion; tests/unit/core/wire_test.cc checks that the
+# rank_info seed below still decodes.
+RANK_INFO_VERSION = 7
+
+
+def rank_info(addr, pid, host, host_hash=0x1234, mode=0, cuda=0xFFFFFFFF, uuid=b"", version=RANK_INFO_VERSION,
+              numa=0, path=(), nics=(), transports=0, flags=0, cpu_mask=(0x3,), channels=1):
     # nics: (name, speed Mbit/s, numa, pci path) tuples
     topo = struct.pack("<I", numa & 0xFFFFFFFF) + pci_path(path) + struct.pack("<I", len(nics)) + b"".join(
         struct.pack("<I", len(n)) + n + struct.pack("<QI", speed, nn & 0xFFFFFFFF) + pci_path(p)
         for n, speed, nn, p in nics)
+    tail = struct.pack("<III", transports, flags, len(cpu_mask)) + b"".join(struct.pack("<Q", w) for w in cpu_mask)
     return (struct.pack("<I", version) + addr + struct.pack("<IQIII", pid, host_hash, mode, cuda, len(uuid)) + uuid +
-            topo + struct.pack("<I", len(host)) + host + struct.pack("<I", transports))
+            topo + struct.pack("<I", len(host)) + host + tail + struct.pack("<I", channels))
 
 
 def table(*blobs):
@@ -95,7 +100,7 @@ def seeds_hello():
 
 
 def seeds_root_join():
-    def join(rank, nranks, host=b"host", payload=None, secret=SECRET, kind=KIND_JOIN, version=4):
+    def join(rank, nranks, host=b"host", payload=None, secret=SECRET, kind=KIND_JOIN, version=RANK_INFO_VERSION):
         info = rank_info(addr_v4([10, 0, 0, rank & 255], 29500 + (rank & 1023)), 1000 + rank, host, version=version)
         return hello(kind, rank, nranks, payload=len(info) if payload is None else payload, secret=secret,
                      comm=0) + info
@@ -319,9 +324,9 @@ def main():
         "endpoints": seeds_endpoints(),
     }
     for target, seeds in targets.items():
+        # Inputs a fuzzer added (files named by their SHA-1) stay.
         folder = os.path.join(CORPUS, target)
-        shutil.rmtree(folder, ignore_errors=True)
-        os.makedirs(folder)
+        os.makedirs(folder, exist_ok=True)
         for name, data in seeds.items():
             with open(os.path.join(folder, name), "wb") as f:
                 f.write(data)

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <fstream>
+#include <iterator>
 
 #include "core/bootstrap.h"
 #include "core/root.h"
@@ -73,6 +75,21 @@ TEST(Wire, RankInfoRoundTripsAndStartsWithItsVersion) {
   wire::RankInfo longer = sampleInfo();
   longer.hostname += ".example.org";
   EXPECT_EQ(wire::encode(longer).size(), blob.size() + 12);
+}
+
+// The fuzz targets start from seeds in this format
+// (tests/fuzz/make_corpus.py): a seed of an older version would only reach
+// the version check.
+TEST(Wire, FuzzSeedRankInfoIsCurrent) {
+  std::ifstream in(std::string(LOOM_FUZZ_CORPUS) + "/endpoints/rank_info", std::ios::binary);
+  ASSERT_TRUE(in) << "no seed at " << LOOM_FUZZ_CORPUS << "/endpoints/rank_info";
+  std::vector<uint8_t> seed((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_GT(seed.size(), 1u);
+  auto info = wire::decodeRankInfo(std::span<const uint8_t>(seed).subspan(1));  // after the selector byte
+  ASSERT_TRUE(info.isOk()) << info.status().message() << ": run tests/fuzz/make_corpus.py";
+  EXPECT_EQ(info->pid, 4242u);
+  EXPECT_EQ(info->hostname, "node-a");
+  EXPECT_EQ(info->channels, 1u);
 }
 
 // Counts that would allocate without bound are refused before allocating.
