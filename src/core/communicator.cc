@@ -253,7 +253,33 @@ std::string Communicator::describe() const {
 // node it runs on) and the machine's NICs, for the schedule every rank builds.
 Status placeSelf(wire::RankInfo* self, int device);
 
+void Communicator::InitTimes::start() {
+  phases_.clear();
+  start_ = last_ = Clock::now();
+}
+
+void Communicator::InitTimes::mark(const char* phase) {
+  const auto now = Clock::now();
+  phases_.emplace_back(phase, std::chrono::duration<double, std::milli>(now - last_).count());
+  last_ = now;
+}
+
+std::string Communicator::InitTimes::describe() const {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.1f ms", std::chrono::duration<double, std::milli>(last_ - start_).count());
+  std::string out = buf;
+  bool first = true;
+  for (const auto& [phase, ms] : phases_) {
+    if (ms < 0.05) continue;  // prints as 0.0
+    std::snprintf(buf, sizeof buf, "%s%s %.1f", first ? ": " : ", ", phase, ms);
+    out += buf;
+    first = false;
+  }
+  return out;
+}
+
 Status Communicator::initFromId(const uint8_t id[kUniqueIdBytes], int nranks, int rank) {
+  initTimes_.start();
   rank_ = rank;
   nranks_ = nranks;
   log::ScopedRank logRank(rank);
@@ -298,6 +324,7 @@ Status Communicator::initFromId(const uint8_t id[kUniqueIdBytes], int nranks, in
     if (Status s = bound->status(); !s.isOk()) return s.addContext("binding CUDA device " + std::to_string(device));
   }
   LOOM_TRY(startDeviceMode(device));
+  initTimes_.mark("bootstrap");
   wire::RankInfo self;
   self.pid = uint32_t(getpid());
   self.hostHash = topology::hostHash();
@@ -309,9 +336,11 @@ Status Communicator::initFromId(const uint8_t id[kUniqueIdBytes], int nranks, in
   self.hostname = topology::hostName();
   describeOwnAsks(&self);
   LOOM_TRY(placeSelf(&self, device));
+  initTimes_.mark("topology");
   Deadline deadline = Deadline::afterSeconds(options_.initTimeoutS + 15);
   Status s = bootstrap_->joinRoot(root, self, deadline, &abort_);
   if (!s.isOk()) return s.addContext("rank " + std::to_string(rank) + " of " + std::to_string(nranks));
+  initTimes_.mark("rendezvous");
   return finishInit();
 }
 
@@ -393,6 +422,7 @@ Status Communicator::connectPeersAtInit() {
   conns_.resize(size_t(nranks_) * size_t(options_.channels));
   connPtrs_.assign(conns_.size(), nullptr);
   scheduleFromTable();
+  initTimes_.mark("schedule");
   // Every rank of a single-host host-mode communicator takes part in the
   // board's setup (all know from the shared table that it applies), each
   // saying whether its own settings want it.
@@ -400,6 +430,7 @@ Status Communicator::connectPeersAtInit() {
     const bool wanted = options_.latencyPath && tuning_.links == LinkClass::kSharedMemory;
     LOOM_ASSIGN_OR_RETURN(latency_, LatencyPath::setup(*bootstrap_, rank_, nranks_, wanted, tuning_,
                                                        Deadline::afterSeconds(options_.initTimeoutS), &abort_));
+    initTimes_.mark("board");
   }
   // Ring neighbours are connected now, so a rank that dies before the first
   // operation is noticed by its connections closing.
@@ -419,15 +450,18 @@ Status Communicator::connectPeersAtInit() {
     links.erase(std::unique(links.begin(), links.end()), links.end());
   }
   LOOM_TRY(connectAll(links, Deadline::afterSeconds(options_.initTimeoutS)));
+  initTimes_.mark("connections");
   if (DeviceQueue* q = deviceQueue()) {
     for (int l : links)
       if (hostOf_[size_t(l % nranks_)] == hostOf_[size_t(rank_)] && connPtrs_[size_t(l)])
         hostConns_.push_back(connPtrs_[size_t(l)]);
     LOOM_TRY(q->reserveForEverySize());
+    initTimes_.mark("device memory");
   }
   // Still initializing: users wait for ready, and a non-blocking init says
   // "in progress" until the calibration is over.
   LOOM_TRY(calibrate());
+  initTimes_.mark("calibration");
   setState(State::kReady);
   auto net = options_.link.selection.network();
   const TrafficCounts t = bootstrap_->traffic();
@@ -438,6 +472,7 @@ Status Communicator::connectPeersAtInit() {
             options_.link.socketsPerPeer, sliceBytes_ >> 10, (unsigned long long)t.sentMessages,
             (unsigned long long)t.sentBytes, (unsigned long long)t.receivedMessages,
             (unsigned long long)t.receivedBytes);
+  LOOM_INFO(log::kInit, "%s init timings: %s", describe().c_str(), initTimes_.describe().c_str());
   if (mode_ == Mode::kCuda) {
     // NCCL refuses ranks that share a GPU; loom runs them (nothing on the
     // device waits for a peer), and says so.
@@ -1002,6 +1037,7 @@ Status Communicator::waitSplits() {
 }
 
 Status Communicator::split(CommRef parentRef, uint64_t ticket, int color, int key, Communicator* child) {
+  if (child) child->initTimes_.start();
   // What each rank of the parent tells the others: the fixed part, then
   // its RankInfo blob for the child (with the child's listen address).
   struct Entry {
@@ -1127,6 +1163,7 @@ Status Communicator::joinAsChild(Communicator& parent, Communicator* child, cons
   Status s = bound && !bound->status().isOk() ? bound->status() : Status::ok();
   if (s.isOk()) s = child->startDeviceMode(parent.cudaDevice_);
   if (s.isOk()) s = child->bootstrap_->adoptTable(std::move(table), deadline, child->abortFlag());
+  child->initTimes_.mark("members' exchange");
   if (s.isOk()) s = child->finishInit();
   return s;
 }
@@ -1184,6 +1221,7 @@ Result<net::UniqueFd> Communicator::awaitShrinkEntry(int from, Deadline deadline
 }
 
 Status Communicator::shrink(CommRef parentRef, uint64_t ticket, std::vector<int> excluded, Communicator* child) {
+  child->initTimes_.start();
   Communicator& parent = *parentRef;
   const int n = parent.nranks(), me = parent.rank();
   // Until the child is set up, aborting or destroying the parent aborts it

@@ -144,6 +144,17 @@ TEST_F(ProcessTest, RingsFromTheTopologyCrossEachHostOnce) {
   // Every rank logs its place in both trees, NCCL's way.
   for (const auto& k : kids_) EXPECT_NE(k->output().find("Trees [0] "), std::string::npos) << k->output();
   EXPECT_NE(out.find("topology loaded from"), std::string::npos) << out;
+  // Where each rank's init time went, NCCL's "Init timings" way: these
+  // ranks span two "hosts", so no board, but a rendezvous and connections.
+  for (const auto& k : kids_) {
+    const std::string& o = k->output();
+    const size_t at = o.find(" init timings: ");
+    ASSERT_NE(at, std::string::npos) << o;
+    const std::string line = o.substr(at, o.find('\n', at) - at);
+    EXPECT_NE(line.find(" ms: "), std::string::npos) << line;
+    EXPECT_NE(line.find("rendezvous "), std::string::npos) << line;
+    EXPECT_NE(line.find("connections "), std::string::npos) << line;
+  }
 }
 
 // The CPUs this process may run on.
