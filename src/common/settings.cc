@@ -183,6 +183,10 @@ constexpr Spec kTable[] = {
      "RoCE traffic class of the verbs queue pairs, 0 .. 255: the DSCP (upper six bits) and ECN bits "
      "of their packets, which select the switch queue (for example a lossless one). Set, it "
      "replaces ncclConfig_t.trafficClass, which gives one communicator's (NCCL_IB_SL likewise)."},
+    {"NCCL_IB_PCI_RELAXED_ORDERING", T::kInt, "2", "NET",
+     "PCIe relaxed ordering on verbs memory registrations (faster DMA on platforms that reorder, "
+     "such as virtual machines and some CPUs; ignored by devices without it): 0 off, 1 on "
+     "(warning where libibverbs cannot ask for it), 2 on where libibverbs can ask for it."},
     {"NCCL_IB_QPS_PER_CONNECTION", T::kInt, "1", "NET",
      "Queue pairs per verbs connection, 1 .. 16; a message's FIFO slots go round-robin over them."},
     {"LOOM_IB_GPUDIRECT", T::kBool, "0", "NET",

@@ -9,7 +9,8 @@
 # 3. all nine perf tools with 2 and 3 ranks (processes, loomrun) forced onto
 #    verbs (NCCL_NET=IB NCCL_SHM_DISABLE=1), checking every result, for
 #    float, int8 and half, messages up to 1 MiB;
-# 4. NCCL_IB_TC's traffic class and NCCL_IB_ADDR_FAMILY's GID;
+# 4. NCCL_IB_TC's traffic class, NCCL_IB_ADDR_FAMILY's GID and relaxed
+#    ordering;
 # 5. the port going down under a running job.
 # Emulated verbs move tens of MB/s: sizes and counts are kept small. Exits
 # non-zero when anything failed, after running everything.
@@ -61,18 +62,20 @@ done
 # keeps 0 for NCCL_IB_SL=3, and the log says so), and with
 # NCCL_IB_ADDR_FAMILY=AF_INET6 the GID auto-selection finds the guest's
 # link-local RoCE v2 GID without falling back (it has no IPv4 one).
+# Registrations ask for PCIe relaxed ordering (as every run here does by
+# default; rxe takes the flag and has no use for it).
 queue_pair_settings() {
   local log
   log="$(NCCL_NET=IB NCCL_SHM_DISABLE=1 NCCL_IB_SL=3 NCCL_IB_TC=106 NCCL_IB_ADDR_FAMILY=AF_INET6 \
-    NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=NET,INIT \
+    NCCL_IB_PCI_RELAXED_ORDERING=1 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=NET,INIT \
     timeout 120 "$build/bin/loomrun" -n 2 "$build/bin/all_reduce_perf" -b 8 -e 64K -f 8 -n 2 -w 1 -c 1 2>&1)" ||
     { echo "$log"; return 1; }
   grep "verbs" <<<"$log"
   ! grep "verbs connection .* ready" <<<"$log" | grep -v -q "traffic class 106" &&
     grep -q "verbs connection .* ready" <<<"$log" && ! grep -q "no GID of" <<<"$log" &&
-    grep -q "verbs port rxe0:1 (.* RoCE v2)" <<<"$log"
+    grep -q "verbs port rxe0:1 (.* RoCE v2)" <<<"$log" && grep -q "PCIe relaxed ordering on" <<<"$log"
 }
-run "queue pair settings (NCCL_IB_TC=106, NCCL_IB_ADDR_FAMILY=AF_INET6)" queue_pair_settings
+run "queue pair settings (NCCL_IB_TC=106, NCCL_IB_ADDR_FAMILY=AF_INET6, NCCL_IB_PCI_RELAXED_ORDERING=1)" queue_pair_settings
 
 echo "== device resources at the end (every process has exited)"
 rdma resource show

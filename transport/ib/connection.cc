@@ -109,9 +109,9 @@ Status IbConnection::setUp() {
   // moves them from under the adapter (kernels before 5.13).
   ::madvise(fifo_.get(), alloc, MADV_DONTFORK);
   ::madvise(stage_.get(), alloc, MADV_DONTFORK);
-  fifoMr_ = v->regMr(device_->pd(), fifo_.get(), fifoBytes, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  fifoMr_ = regMemory(*v, device_->pd(), fifo_.get(), fifoBytes, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
   if (!fifoMr_) return systemErrno("registering the verbs receive FIFO on " + where(), errno);
-  stageMr_ = v->regMr(device_->pd(), stage_.get(), fifoBytes, IBV_ACCESS_LOCAL_WRITE);
+  stageMr_ = regMemory(*v, device_->pd(), stage_.get(), fifoBytes, IBV_ACCESS_LOCAL_WRITE);
   if (!stageMr_) return systemErrno("registering the verbs send staging area on " + where(), errno);
 
   // Each queue pair: kSlots data writes, kSlots credits and one probe out;
@@ -270,14 +270,14 @@ Result<std::unique_ptr<Region>> IbConnection::registerMemory(void* base, size_t 
                 fd.status().message().c_str());
       return std::make_unique<Region>(base, bytes, memory);
     }
-    ibv_mr* mr = verbs()->regDmabufMr(device_->pd(), 0, to - from, from, fd.value(), 0);
+    ibv_mr* mr = verbs()->regDmabufMr(device_->pd(), 0, to - from, from, fd.value(), accessFlags(*verbs(), 0));
     const int err = errno;
     ::close(fd.value());
     if (!mr) return systemErrno("registering device memory with verbs (GPUDirect) on " + where(), err);
     return std::unique_ptr<Region>(new IbRegion(base, bytes, memory, this, device_, mr));
   }
   // Sends only read it: no access flags, so read-only memory registers too.
-  ibv_mr* mr = verbs()->regMr(device_->pd(), base, bytes, 0);
+  ibv_mr* mr = regMemory(*verbs(), device_->pd(), base, bytes, 0);
   if (!mr) return systemErrno("registering " + std::to_string(bytes) + " bytes with verbs on " + where(), errno);
   return std::unique_ptr<Region>(new IbRegion(base, bytes, memory, this, device_, mr));
 }

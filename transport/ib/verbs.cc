@@ -3,6 +3,10 @@
 #include <dlfcn.h>
 
 #include <cstring>
+#include <mutex>
+
+#include "common/log.h"
+#include "common/settings.h"
 
 namespace loom::transport::ib {
 namespace {
@@ -62,6 +66,7 @@ Loaded load() {
   LOOM_VERBS_SYMBOL(eventTypeStr, ibv_event_type_str);
 #undef LOOM_VERBS_SYMBOL
   v.regDmabufMr = reinterpret_cast<Verbs::RegDmabufMr>(::dlsym(lib, "ibv_reg_dmabuf_mr"));
+  v.regMrIova2 = reinterpret_cast<Verbs::RegMrIova2>(::dlsym(lib, "ibv_reg_mr_iova2"));
   l.ok = ok;
   // Before any other verbs call. Its failure only means fork safety is the
   // kernel's business (as it is since Linux 5.13).
@@ -81,6 +86,31 @@ const Verbs* verbs(std::string* why) {
   const Loaded& l = loaded();
   if (!l.ok && why) *why = l.why;
   return l.ok ? &l.table : nullptr;
+}
+
+bool relaxedOrdering(const Verbs& v, std::string* why) {
+  static const int64_t wanted = settings::current()->getInt("NCCL_IB_PCI_RELAXED_ORDERING");
+  if (wanted <= 0) {
+    if (why) *why = "NCCL_IB_PCI_RELAXED_ORDERING=0";
+    return false;
+  }
+  if (!v.regMrIova2) {
+    static std::once_flag warned;
+    if (wanted == 1) std::call_once(warned, [] { LOOM_WARN("NCCL_IB_PCI_RELAXED_ORDERING=1: libibverbs has no ibv_reg_mr_iova2 (before 1.8), so registrations use strict ordering"); });
+    if (why) *why = "libibverbs has no ibv_reg_mr_iova2";
+    return false;
+  }
+  return true;
+}
+
+int accessFlags(const Verbs& v, int access) {
+  return relaxedOrdering(v) ? access | IBV_ACCESS_RELAXED_ORDERING : access;
+}
+
+ibv_mr* regMemory(const Verbs& v, ibv_pd* pd, void* addr, size_t length, int access) {
+  if (!relaxedOrdering(v)) return v.regMr(pd, addr, length, access);
+  return v.regMrIova2(pd, addr, length, uint64_t(reinterpret_cast<uintptr_t>(addr)),
+                      unsigned(access | IBV_ACCESS_RELAXED_ORDERING));
 }
 
 int queryPort(const Verbs& v, ibv_context* context, uint8_t port, ibv_port_attr* attr) {

@@ -46,6 +46,10 @@ struct Verbs {
   // Optional (rdma-core 34 and later; null before): GPUDirect registration.
   using RegDmabufMr = ibv_mr* (*)(ibv_pd*, uint64_t offset, size_t length, uint64_t iova, int fd, int access);
   RegDmabufMr regDmabufMr;
+  // Optional (libibverbs 1.8 and later): registration that passes the
+  // optional access flags on (IBV_ACCESS_RELAXED_ORDERING).
+  using RegMrIova2 = ibv_mr* (*)(ibv_pd*, void* addr, size_t length, uint64_t iova, unsigned int access);
+  RegMrIova2 regMrIova2;
 };
 
 // The loaded library, or null with *why saying what is missing (no
@@ -54,6 +58,20 @@ struct Verbs {
 // ibv_fork_init, so registered memory stays with the adapter when the
 // process forks (a no-op on kernels that handle it themselves).
 const Verbs* verbs(std::string* why = nullptr);
+
+// NCCL_IB_PCI_RELAXED_ORDERING: whether memory registrations ask for PCIe
+// relaxed ordering (IBV_ACCESS_RELAXED_ORDERING, an optional flag: devices
+// and platforms without it ignore it). 0: never; 1 and 2 (the default):
+// where libibverbs passes optional flags on (ibv_reg_mr_iova2), 1 warning
+// once where it cannot. Arrival is signalled by completions, which the
+// adapter orders after the data, so relaxed data writes are safe. *why
+// (optional) says why not.
+bool relaxedOrdering(const Verbs& v, std::string* why = nullptr);
+// The access flags to register with: `access`, plus relaxed ordering where
+// relaxedOrdering().
+int accessFlags(const Verbs& v, int access);
+// ibv_reg_mr with accessFlags(access).
+ibv_mr* regMemory(const Verbs& v, ibv_pd* pd, void* addr, size_t length, int access);
 
 // ibv_query_port as the header's inline wrapper does it: through the
 // context's extended op where the provider has one, else the exported
