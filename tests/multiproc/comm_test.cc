@@ -637,19 +637,44 @@ extern "C" ncclResult_t ncclDevCommDestroy(ncclComm_t comm, const void* devComm)
 namespace loom::test {
 namespace {
 
-TEST(CommFeatures, WindowsAndTheDeviceApiSayInvalidUsage) {
-  std::vector<ncclComm_t> comms = initAll(1);
+// Windows register their buffers (as ncclCommRegister does) and collectives
+// on them are right; NCCL's device API says it is not supported.
+TEST(CommFeatures, WindowsRegisterAndTheDeviceApiSaysInvalidUsage) {
+  const int n = 2;
+  std::vector<ncclComm_t> comms = initAll(n);
+  const size_t count = (1 << 20) + 3;  // large enough for the bulk path
+  std::vector<std::vector<float>> in(n), out(n);
+  std::vector<ncclWindow_t> wins(2 * n, nullptr);
+  for (int r = 0; r < n; ++r) {
+    in[size_t(r)].assign(count, float(r + 1));
+    out[size_t(r)].assign(count, 0);
+    ASSERT_EQ(ncclCommWindowRegister(comms[size_t(r)], in[size_t(r)].data(), count * sizeof(float),
+                                     &wins[2 * size_t(r)], NCCL_WIN_COLL_SYMMETRIC),
+              ncclSuccess)
+        << ncclGetLastError(nullptr);
+    ASSERT_EQ(ncclCommWindowRegister(comms[size_t(r)], out[size_t(r)].data(), count * sizeof(float),
+                                     &wins[2 * size_t(r) + 1], NCCL_WIN_COLL_SYMMETRIC),
+              ncclSuccess);
+  }
+  for (int round = 0; round < 2; ++round) {
+    onRanks(n, [&](int r) {
+      EXPECT_EQ(ncclAllReduce(in[size_t(r)].data(), out[size_t(r)].data(), count, ncclFloat, ncclSum,
+                              comms[size_t(r)], nullptr),
+                ncclSuccess);
+    });
+    for (int r = 0; r < n; ++r)
+      for (size_t i = 0; i < count; i += 1021) ASSERT_EQ(out[size_t(r)][i], 3.0f) << "rank " << r << " element " << i;
+  }
+  for (int r = 0; r < n; ++r) {
+    EXPECT_EQ(ncclCommWindowDeregister(comms[size_t(r)], wins[2 * size_t(r)]), ncclSuccess);
+    EXPECT_EQ(ncclCommWindowDeregister(comms[size_t(r)], wins[2 * size_t(r) + 1]), ncclSuccess);
+  }
   auto expectUsage = [](ncclResult_t rc, const char* func) {
     EXPECT_EQ(rc, ncclInvalidUsage) << func;
     const std::string msg = ncclGetLastError(nullptr);
     EXPECT_NE(msg.find(func), std::string::npos) << msg;
     EXPECT_NE(msg.find("not supported"), std::string::npos) << msg;
   };
-  std::vector<char> buf(8192);
-  ncclWindow_t win = nullptr;
-  expectUsage(ncclCommWindowRegister(comms[0], buf.data(), buf.size(), &win, NCCL_WIN_DEFAULT),
-              "ncclCommWindowRegister");
-  expectUsage(ncclCommWindowDeregister(comms[0], win), "ncclCommWindowDeregister");
   char requirements[256] = {}, devComm[256] = {};
   expectUsage(ncclDevCommCreate(comms[0], requirements, devComm), "ncclDevCommCreate");
   expectUsage(ncclDevCommDestroy(comms[0], devComm), "ncclDevCommDestroy");
