@@ -442,8 +442,9 @@ ncclResult_t pncclCommRevoke(ncclComm_t comm, int revokeFlags);
  * `color` (>= 0) form a new communicator, ordered by `key` (ties broken by
  * their rank in comm), returned in *newcomm. A rank passing
  * NCCL_SPLIT_NOCOLOR joins nothing and gets NULL. config NULL: the child
- * inherits comm's options. Blocks like ncclCommInitRank (group rules apply
- * the same way). */
+ * inherits comm's options; with a config, its channels (minCTAs, maxCTAs),
+ * netName and trafficClass are the config's (or the settings'), not comm's.
+ * Blocks like ncclCommInitRank (group rules apply the same way). */
 ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm,
                            ncclConfig_t* config);
 ncclResult_t pncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm,
@@ -457,7 +458,8 @@ ncclResult_t pncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* new
  * excluded ranks may be dead or hung; comm is revoked first
  * (ncclCommRevoke). Works on a communicator that has failed: it does not
  * need the excluded ranks, dead or alive. config NULL: the child inherits
- * comm's options. Blocks like ncclCommInitRank (group rules apply). */
+ * comm's options; a config counts as for ncclCommSplit. Blocks like
+ * ncclCommInitRank (group rules apply). */
 ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList, int excludeRanksCount,
                             ncclComm_t* newcomm, ncclConfig_t* config, int shrinkFlags);
 ncclResult_t pncclCommShrink(ncclComm_t comm, int* excludeRanksList, int excludeRanksCount,

@@ -89,6 +89,21 @@ Status parseConfig(const ncclConfig_t* config, CommOptions* o) {
   return Status::ok();
 }
 
+// A split or shrink child starts from its parent's options. Given a
+// config, as in NCCL, the child's channel bounds and network come from the
+// settings and that config, not from the parent's config.
+CommOptions childOptions(const Communicator& parent, const ncclConfig_t* config) {
+  CommOptions options = parent.options();
+  options.name.clear();
+  if (config) {
+    const CommOptions fresh = CommOptions::fromSettings();
+    options.channels = fresh.channels;
+    options.maxChannels = fresh.maxChannels;
+    options.link.selection = fresh.link.selection;
+  }
+  return options;
+}
+
 Status checkInitArgs(ncclComm_t* comm, int nranks, int rank) {
   LOOM_TRY(checkPtr(comm, "comm (the ncclComm_t* to fill)"));
   if (nranks < 1) return invalidArgument("nranks " + std::to_string(nranks) + " must be at least 1");
@@ -266,8 +281,7 @@ NCCL_API(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key, ncclC
     if (color < NCCL_SPLIT_NOCOLOR) {
       return invalidArgument("color " + std::to_string(color) + " must be >= 0 or NCCL_SPLIT_NOCOLOR (-1)");
     }
-    CommOptions options = parent->options();
-    options.name.clear();
+    CommOptions options = childOptions(*parent, config);
     LOOM_TRY(parseConfig(config, &options));
     *newcomm = nullptr;
     // Its place among the parent's splits is taken now, in call order,
@@ -318,8 +332,7 @@ NCCL_API(ncclResult_t, ncclCommShrink, ncclComm_t comm, int* excludeRanksList, i
       return invalidUsage("this rank (" + std::to_string(parent->rank()) +
                           ") is in excludeRanksList: only the remaining ranks call ncclCommShrink");
     }
-    CommOptions options = parent->options();
-    options.name.clear();
+    CommOptions options = childOptions(*parent, config);
     LOOM_TRY(parseConfig(config, &options));
     *newcomm = nullptr;
     const uint64_t ticket = parent->reserveShrink(excluded);

@@ -178,7 +178,7 @@ constexpr Spec kTable[] = {
     {"NCCL_IB_SL", T::kInt, "0", "NET",
      "InfiniBand service level of the verbs queue pairs, 0 .. 15 (the fabric maps it to a virtual "
      "lane). RoCE packets carry none: NCCL_IB_TC is RoCE's class of service. Unset, an "
-     "ncclConfig_t.trafficClass of 0 .. 15 is the service level too, as in NCCL."},
+     "ncclConfig_t.trafficClass is the service level too where it fits (0 .. 15; NCCL takes any)."},
     {"NCCL_IB_TC", T::kInt, "0", "NET",
      "RoCE traffic class of the verbs queue pairs, 0 .. 255: the DSCP (upper six bits) and ECN bits "
      "of their packets, which select the switch queue (for example a lossless one). Set, it "

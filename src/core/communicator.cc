@@ -123,8 +123,9 @@ CommOptions CommOptions::fromSettings() {
 
 void CommOptions::apply(const Config& config) {
   auto cfg = settings::current();
+  // As NCCL, a setting of 0 or less is ignored.
   auto setting = [&](const char* name, int given) {
-    return cfg->isSet(name) ? int(std::clamp<int64_t>(cfg->getInt(name), 1, 32)) : given;
+    return cfg->isSet(name) && cfg->getInt(name) > 0 ? int(std::min<int64_t>(cfg->getInt(name), 32)) : given;
   };
   if (int most = setting("NCCL_MAX_CTAS", config.maxChannels); most > 0) maxChannels = std::min(maxChannels, most);
   if (int least = setting("NCCL_MIN_CTAS", config.minChannels); least > 0) channels = std::max(channels, least);
@@ -312,6 +313,7 @@ Status Communicator::initFromId(const uint8_t id[kUniqueIdBytes], int nranks, in
     LOOM_ASSIGN_OR_RETURN(root_, RootServer::start(std::move(listener.value()), ro));
   }
   LOOM_ASSIGN_OR_RETURN(bootstrap_, Bootstrap::open(ident, &root));
+  initTimes_.mark("bootstrap");
   LOOM_ASSIGN_OR_RETURN(mode_, resolveMode(options_.device));
   int device = -1;
   std::optional<device::ScopedDevice> bound;  // the init's device work (queues, inboxes) lands on it
@@ -324,7 +326,7 @@ Status Communicator::initFromId(const uint8_t id[kUniqueIdBytes], int nranks, in
     if (Status s = bound->status(); !s.isOk()) return s.addContext("binding CUDA device " + std::to_string(device));
   }
   LOOM_TRY(startDeviceMode(device));
-  initTimes_.mark("bootstrap");
+  initTimes_.mark("device");
   wire::RankInfo self;
   self.pid = uint32_t(getpid());
   self.hostHash = topology::hostHash();

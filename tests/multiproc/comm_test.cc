@@ -197,6 +197,32 @@ TEST(CommFeatures, ConfigChannelsAndNetworkReachTheCommunicator) {
   destroyAll(comms);
 }
 
+// A split with a config takes its channels from that config, as in NCCL,
+// not from its parent's: a parent capped at 1 channel, a child asking for
+// 3 (2 more connections x 2 sockets x 2 ranks once a large message needs
+// them, over TCP).
+TEST(CommFeatures, SplitConfigChannelsAreTheChilds) {
+  ScopedEnv env({"NCCL_SHM_DISABLE=1", "LOOM_SOCKETS_PER_PEER=2"});
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.maxCTAs = 1;
+  std::vector<ncclComm_t> parents, kids(2, nullptr);
+  ASSERT_EQ(initWithConfig(&parents, config), ncclSuccess) << ncclGetLastError(nullptr);
+  onRanks(2, [&](int r) {
+    ncclConfig_t child = NCCL_CONFIG_INITIALIZER;
+    child.minCTAs = 3;
+    EXPECT_EQ(ncclCommSplit(parents[size_t(r)], 0, r, &kids[size_t(r)], &child), ncclSuccess)
+        << ncclGetLastError(nullptr);
+  });
+  ASSERT_NE(kids[0], nullptr);
+  ASSERT_NE(kids[1], nullptr);
+  allReduceAndCheck(kids, 1000);
+  const int before = socketFds();
+  allReduceAndCheck(kids, size_t(3) << 20);
+  EXPECT_EQ(socketFds() - before, 2 * 2 * 2);
+  destroyAll(kids);
+  destroyAll(parents);
+}
+
 TEST(CommFeatures, NonBlockingInitReportsInProgressUntilThePeerJoins) {
   ncclUniqueId id;
   ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);

@@ -73,7 +73,7 @@ queue_pair_settings() {
   grep "verbs" <<<"$log"
   ! grep "verbs connection .* ready" <<<"$log" | grep -v -q "traffic class 106" &&
     grep -q "verbs connection .* ready" <<<"$log" && ! grep -q "no GID of" <<<"$log" &&
-    grep -q "verbs port rxe0:1 (.* RoCE v2)" <<<"$log" && grep -q "PCIe relaxed ordering on" <<<"$log"
+    grep -q "verbs port rxe0:1 (.* RoCE v2)" <<<"$log" && grep -q "registrations ask for PCIe relaxed ordering: yes" <<<"$log"
 }
 run "queue pair settings (NCCL_IB_TC=106, NCCL_IB_ADDR_FAMILY=AF_INET6, NCCL_IB_PCI_RELAXED_ORDERING=1)" queue_pair_settings
 

@@ -36,8 +36,8 @@ std::vector<PortInfo> usablePorts(std::string* why) {
     } else {
       for (const PortInfo& p : f.ports) LOOM_INFO(log::kNet | log::kInit, "verbs port %s", p.describe().c_str());
       std::string whyNot;
-      const std::string relaxed = relaxedOrdering(*verbs(), &whyNot) ? "on" : "off (" + whyNot + ")";
-      LOOM_INFO(log::kNet | log::kInit, "verbs: PCIe relaxed ordering %s", relaxed.c_str());
+      const std::string relaxed = relaxedOrdering(*verbs(), &whyNot) ? "yes" : "no (" + whyNot + ")";
+      LOOM_INFO(log::kNet | log::kInit, "verbs: registrations ask for PCIe relaxed ordering: %s", relaxed.c_str());
     }
     it = cache.emplace(key, std::move(f)).first;
   }

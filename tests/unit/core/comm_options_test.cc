@@ -98,6 +98,10 @@ TEST(CommOptions, ConfigBoundsChannelsAndNamesTheNetwork) {
     EXPECT_EQ(applied({.maxChannels = 8}).channels, 4);
   }
   {
+    Env zero("NCCL_MAX_CTAS", "0");  // too low: ignored, as in NCCL
+    EXPECT_EQ(applied({.maxChannels = 8}).maxChannels, 8);
+  }
+  {
     Env net("NCCL_NET", "Socket");
     EXPECT_EQ(applied({.network = "IB"}).link.selection.net, "Socket");
   }
@@ -147,6 +151,7 @@ TEST(CommOptions, CommunicatorsOverTcpTakeTheNetworkSlice) {
 // connections the others never open.
 TEST(CommOptions, RanksAgreeOnTheFewestChannels) {
   Env host("LOOM_DEVICE", "host");
+  Env timeout("LOOM_TIMEOUT_S", "60");  // a disagreement fails instead of waiting 30 minutes
   for (const char* shmOff : {"0", "1"}) {
     SCOPED_TRACE(std::string("NCCL_SHM_DISABLE=") + shmOff);
     Env shm("NCCL_SHM_DISABLE", shmOff);
@@ -161,8 +166,8 @@ TEST(CommOptions, RanksAgreeOnTheFewestChannels) {
     std::vector<std::vector<float>> in(2), out(2, std::vector<float>(kCount));
     std::vector<Status> results(2);
     std::vector<std::thread> threads;
+    for (int r = 0; r < 2; ++r) ASSERT_EQ(comms[size_t(r)]->nchannels(), 2);
     for (int r = 0; r < 2; ++r) {
-      EXPECT_EQ(comms[size_t(r)]->nchannels(), 2);
       in[size_t(r)].resize(kCount);
       for (size_t i = 0; i < kCount; ++i) in[size_t(r)][i] = float((i % 1000) * (r + 1));
       threads.emplace_back([&, r] {
