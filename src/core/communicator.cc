@@ -62,6 +62,16 @@ constexpr int kDedicatedSpinRounds = 2000;
 constexpr int kSharedSpinRounds = 64;
 std::atomic<pid_t> gPid{0};
 void refreshPid() { gPid.store(::getpid(), std::memory_order_relaxed); }
+
+std::string rankList(const std::vector<int>& ranks) {
+  std::string out = "[";
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (i > 0) out += ',';
+    out += std::to_string(ranks[i]);
+  }
+  out += ']';
+  return out;
+}
 }  // namespace
 
 pid_t processId() {
@@ -110,6 +120,7 @@ CommOptions CommOptions::fromSettings() {
   o.latencyPath = cfg->getBool("LOOM_LATENCY_PATH");
   o.deterministic = cfg->getBool("LOOM_DETERMINISTIC");
   o.calibrate = cfg->getBool("LOOM_CALIBRATE");
+  o.checkCollectives = cfg->getBool("LOOM_CHECK_COLLECTIVES");
   std::vector<std::string> warnings;
   o.algorithms = AlgoFilter::parse(cfg->getString("NCCL_ALGO"), &warnings);
   if (!parseProto(cfg->getString("NCCL_PROTO"), &warnings).latencyPath) o.latencyPath = false;
@@ -348,7 +359,8 @@ Status Communicator::initFromId(const uint8_t id[kUniqueIdBytes], int nranks, in
 
 void Communicator::describeOwnAsks(wire::RankInfo* self) const {
   self->transports = transport::localTransports(options_.link.selection);
-  self->flags = options_.calibrate ? wire::kRankFlagCalibrate : 0;
+  self->flags = (options_.calibrate ? wire::kRankFlagCalibrate : 0) |
+                (options_.checkCollectives ? wire::kRankFlagCheckCollectives : 0);
   self->channels = uint32_t(options_.channels);
 }
 
@@ -535,6 +547,15 @@ void Communicator::scheduleFromTable() {
   tuning_.device = mode_ == Mode::kCuda;
   tuning_.filter = options_.algorithms;
   tuning_.deterministic = options_.deterministic;
+  std::vector<int> checkers;
+  for (int r = 0; r < nranks_; ++r)
+    if (bootstrap_->peer(r).flags & wire::kRankFlagCheckCollectives) checkers.push_back(r);
+  checksCollectives_ = !checkers.empty() && nranks_ > 1;
+  if (checksCollectives_) {
+    LOOM_INFO(log::kInit, "%s: ranks compare their collective calls before running them (LOOM_CHECK_COLLECTIVES "
+              "set on %s)", describe().c_str(),
+              int(checkers.size()) == nranks_ ? "every rank" : ("ranks " + rankList(checkers)).c_str());
+  }
   // Whether this rank's CPUs also run other ranks of its host, from every
   // local rank's CPU mask: ranks bound a core each do not share (2 ranks
   // on 2 cores took each its own core's spin budget only from here on:
@@ -1085,6 +1106,7 @@ Status Communicator::split(CommRef parentRef, uint64_t ticket, int color, int ke
       ~Turn() { c->finishSplitTurn(); }
     } turn{&parent};
     std::lock_guard<BiasedMutex> lock(parent.opMutex());
+    std::lock_guard<std::mutex> ring(parent.ringMutex());
     // A peer that failed (or died: its neighbours fail and tell everyone)
     // ends the exchange at once instead of at the deadline.
     auto check = [&parent]() -> Status {
@@ -1178,16 +1200,6 @@ void Communicator::revoke() {
 }
 
 namespace {
-
-std::string rankList(const std::vector<int>& ranks) {
-  std::string out = "[";
-  for (size_t i = 0; i < ranks.size(); ++i) {
-    if (i > 0) out += ',';
-    out += std::to_string(ranks[i]);
-  }
-  out += ']';
-  return out;
-}
 
 // The leader's answer to one member: the table, or why the shrink failed
 // (the status carries the code).

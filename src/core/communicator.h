@@ -86,6 +86,9 @@ struct CommOptions {
   bool deterministic = false;
   // Measure alpha and beta at init for the cost model (LOOM_CALIBRATE).
   bool calibrate = false;
+  // Ranks compare their collective calls before running them
+  // (LOOM_CHECK_COLLECTIVES; core/collective_check.h).
+  bool checkCollectives = false;
   // Filled from the settings; the API layer then applies ncclConfig_t.
   static CommOptions fromSettings();
   // ncclConfig_t's fields that loom acts on (the API layer checks them);
@@ -300,6 +303,13 @@ class Communicator {
   Scratch& scratch() { return scratch_; }
   // ncclCommRegister's buffers, and every region handed to a transfer.
   RegistrationCache& registrations() { return registrations_; }
+  // LOOM_CHECK_COLLECTIVES: some rank asked and there is more than one
+  // (set at init). The ring below is the bootstrap's: after init, split
+  // exchanges and collective checks take turns on it; the count is of the
+  // collectives checked so far (under ringMutex).
+  bool checksCollectives() const { return checksCollectives_; }
+  std::mutex& ringMutex() { return ringMutex_; }
+  uint64_t& checkedCollectives() { return checkedCollectives_; }
   uint64_t nextSeq() { return ++seq_; }
   uint64_t nextCollSeq() { return ++collSeq_; }
   FlightRecorder& flight() { return *flight_; }
@@ -420,6 +430,9 @@ class Communicator {
   Scratch scratch_;
   uint64_t seq_ = 0;
   uint64_t collSeq_ = 0;  // collectives only (the flight recorder lines ranks up by it)
+  bool checksCollectives_ = false;
+  std::mutex ringMutex_;
+  uint64_t checkedCollectives_ = 0;  // under ringMutex_
   std::shared_ptr<FlightRecorder> flight_;
   // Last: its thread runs operations on everything above, so it goes first.
   // Set once by init (under the mutex, which abort() takes too).

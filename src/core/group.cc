@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "common/log.h"
+#include "core/collective_check.h"
 #include "core/device_queue.h"
 #include "core/flight_recorder.h"
 #include "core/planner.h"
@@ -463,8 +464,11 @@ Status submitToDevices(std::vector<PendingOp> ops) {
   // Every communicator ready first: a job whose gates are not queued yet
   // is held, and a communicator's init may wait for another's queue to
   // drain (a shrink of it).
+  for (Communicator* c : commsOf(ops)) LOOM_TRY(waitTurn(c));
+  // As runOps: a communicator whose ranks disagree queues nothing.
+  Status mismatch = checkGroupCollectives(&ops);
+  if (ops.empty()) return mismatch;
   const std::vector<Communicator*> comms = commsOf(ops);
-  for (Communicator* c : comms) LOOM_TRY(waitTurn(c));
   // Each communicator's operations, and a pin of it.
   std::vector<std::pair<CommRef, std::vector<OpDesc>>> perComm(comms.size());
   for (size_t i = 0; i < comms.size(); ++i) {
@@ -500,7 +504,7 @@ Status submitToDevices(std::vector<PendingOp> ops) {
     Status g = q->queueGates(*sub);
     if (s.isOk()) s = g;
   }
-  return s;
+  return s.isOk() ? mismatch : s;
 }
 
 }  // namespace
@@ -511,6 +515,7 @@ Status runSingle(Communicator* c, const OpDesc& op) {
   // The checks inline first: on the board, the rest of a small call costs
   // about as much as they do.
   if (!c->usableNow()) LOOM_TRY(waitTurn(c));
+  if (c->checksCollectives()) LOOM_TRY(checkCollectives(c, std::span<const OpDesc>(&op, 1)));
   std::lock_guard<BiasedMutex> lock(c->opMutex());
   std::vector<Task> tasks;  // the engine's, if it runs
   bool boardStarted = false;
@@ -549,7 +554,12 @@ Status runSingle(Communicator* c, const OpDesc& op) {
 
 Status runOps(std::vector<PendingOp> ops) {
   for (Communicator* c : commsOf(ops)) LOOM_TRY(waitTurn(c));
-  return runPlannedOps(std::move(ops));
+  // A communicator whose ranks called different collectives runs none of
+  // them; the others go on.
+  Status mismatch = checkGroupCollectives(&ops);
+  if (ops.empty()) return mismatch;
+  Status s = runPlannedOps(std::move(ops));
+  return s.isOk() ? mismatch : s;
 }
 
 Status runPlannedOps(std::vector<PendingOp> ops, const DeviceContext* device) {

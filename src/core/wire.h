@@ -100,6 +100,7 @@ constexpr uint32_t kRankInfoVersion = 7;
 // Settings every rank must share to take effect: a rank that asks alone
 // must not start something its peers will not join.
 constexpr uint32_t kRankFlagCalibrate = 1u << 0;  // LOOM_CALIBRATE
+constexpr uint32_t kRankFlagCheckCollectives = 1u << 1;  // LOOM_CHECK_COLLECTIVES
 constexpr size_t kMaxPciDepth = 16;
 constexpr size_t kMaxNics = 32;
 constexpr size_t kMaxNameBytes = 64;  // a bus id or NIC name

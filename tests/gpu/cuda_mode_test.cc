@@ -11,6 +11,7 @@
 #include <loom/loom.h>
 #include <nccl.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -683,6 +684,48 @@ TEST_F(CudaMode, FinalizeWaitsForQueuedWork) {
 
 // A rank whose peer never calls: ncclCommAbort releases its stream, with
 // the operation's work abandoned.
+// LOOM_CHECK_COLLECTIVES on device buffers: a group whose ranks disagree
+// queues nothing (the streams drain, the outputs keep their values) and
+// fails naming the calls; the communicators go on.
+TEST_F(CudaMode, CollectiveCheckQueuesNothingOnAMismatch) {
+  setenv("LOOM_CHECK_COLLECTIVES", "1", 1);
+  loom::settings::reload();
+  makeRanks(3);
+  unsetenv("LOOM_CHECK_COLLECTIVES");
+  loom::settings::reload();
+  constexpr size_t kCount = 4099;
+  std::vector<std::unique_ptr<DeviceBuffer>> in, out;
+  for (int r = 0; r < n(); ++r) {
+    in.push_back(std::make_unique<DeviceBuffer>(kCount * sizeof(float)));
+    out.push_back(std::make_unique<DeviceBuffer>(kCount * sizeof(float)));
+    std::fill_n(in.back()->host<float>(), kCount, float(r + 1));
+    std::fill_n(out.back()->host<float>(), kCount, -1.0f);
+  }
+  auto group = [&](int odd, size_t oddCount) {
+    EXPECT_EQ(ncclGroupStart(), ncclSuccess);
+    for (int r = 0; r < n(); ++r) {
+      EXPECT_EQ(ncclAllReduce(in[size_t(r)]->ptr, out[size_t(r)]->ptr, r == odd ? oddCount : kCount, ncclFloat,
+                              ncclSum, comms_[size_t(r)], asCuda(streams_[size_t(r)])),
+                ncclSuccess);
+    }
+    return ncclGroupEnd();
+  };
+  EXPECT_EQ(group(2, kCount - 1), ncclInvalidUsage);
+  const std::string error = ncclGetLastError(nullptr);
+  EXPECT_NE(error.find("ranks 0-1 call AllReduce of 4099 x float (sum); rank 2 calls AllReduce of 4098"),
+            std::string::npos)
+      << error;
+  for (int r = 0; r < n(); ++r) {
+    ASSERT_TRUE(drains(streams_[size_t(r)]));
+    EXPECT_EQ(out[size_t(r)]->host<float>()[0], -1.0f) << "rank " << r << ": the mismatched call ran";
+  }
+  ASSERT_EQ(group(-1, 0), ncclSuccess) << ncclGetLastError(nullptr);
+  for (int r = 0; r < n(); ++r) {
+    ASSERT_TRUE(drains(streams_[size_t(r)]));
+    EXPECT_EQ(out[size_t(r)]->host<float>()[kCount - 1], 6.0f) << "rank " << r;
+  }
+}
+
 TEST_F(CudaMode, AbortReleasesTheStream) {
   makeRanks(2);
   DeviceBuffer buf(4096);

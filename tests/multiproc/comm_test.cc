@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstring>
 #include <numeric>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -221,6 +222,157 @@ TEST(CommFeatures, SplitConfigChannelsAreTheChilds) {
   EXPECT_EQ(socketFds() - before, 2 * 2 * 2);
   destroyAll(kids);
   destroyAll(parents);
+}
+
+// LOOM_CHECK_COLLECTIVES: ranks that call different collectives get
+// ncclInvalidUsage naming the ranks and their calls, nothing runs (the
+// outputs are untouched), and the communicator goes on; in a group one
+// thread drives the ranks, whose checks then run side by side.
+TEST(CommFeatures, CollectiveCheckNamesMismatchesAndTheCommunicatorGoesOn) {
+  ScopedEnv env({"LOOM_CHECK_COLLECTIVES=1", "LOOM_TIMEOUT_S=20"});  // a broken check fails, never hangs
+  auto comms = initAll(3);
+  allReduceAndCheck(comms, 4099);
+  std::vector<std::vector<float>> in(3, std::vector<float>(1024, 1.0f)), out(3);
+  std::vector<std::string> errors(3);
+  auto resetOut = [&] {
+    for (auto& o : out) o.assign(1024, -1.0f);
+  };
+  resetOut();
+  onRanks(3, [&](int r) {
+    const size_t count = r == 1 ? 1000 : 1024;
+    EXPECT_EQ(ncclAllReduce(in[size_t(r)].data(), out[size_t(r)].data(), count, ncclFloat32, ncclSum,
+                            comms[size_t(r)], nullptr),
+              ncclInvalidUsage);
+    errors[size_t(r)] = ncclGetLastError(comms[size_t(r)]);
+  });
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_NE(errors[size_t(r)].find("ranks 0,2 call AllReduce of 1024 x float (sum); rank 1 calls AllReduce "
+                                     "of 1000 x float (sum)"),
+              std::string::npos)
+        << errors[size_t(r)];
+    EXPECT_EQ(out[size_t(r)][0], -1.0f) << "rank " << r << ": the mismatched call ran";
+  }
+  allReduceAndCheck(comms, 4099);
+
+  // Grouped, from one thread: an AllReduce and a Broadcast agree...
+  resetOut();
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  for (int r = 0; r < 3; ++r) {
+    in[size_t(r)].assign(1024, float(r + 1));
+    ASSERT_EQ(ncclAllReduce(in[size_t(r)].data(), out[size_t(r)].data(), 512, ncclFloat32, ncclSum, comms[size_t(r)],
+                            nullptr),
+              ncclSuccess);
+    ASSERT_EQ(ncclBroadcast(in[size_t(r)].data() + 512, out[size_t(r)].data() + 512, 512, ncclFloat32, 1,
+                            comms[size_t(r)], nullptr),
+              ncclSuccess);
+  }
+  ASSERT_EQ(ncclGroupEnd(), ncclSuccess) << ncclGetLastError(nullptr);
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(out[size_t(r)][0], 6.0f);
+    EXPECT_EQ(out[size_t(r)][1023], 2.0f);
+  }
+  // ...and a Broadcast from another root is the second call of the group.
+  resetOut();
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  for (int r = 0; r < 3; ++r) {
+    ASSERT_EQ(ncclAllReduce(in[size_t(r)].data(), out[size_t(r)].data(), 512, ncclFloat32, ncclSum, comms[size_t(r)],
+                            nullptr),
+              ncclSuccess);
+    ASSERT_EQ(ncclBroadcast(in[size_t(r)].data() + 512, out[size_t(r)].data() + 512, 512, ncclFloat32,
+                            r == 2 ? 2 : 1, comms[size_t(r)], nullptr),
+              ncclSuccess);
+  }
+  EXPECT_EQ(ncclGroupEnd(), ncclInvalidUsage);
+  const std::string grouped = ncclGetLastError(nullptr);
+  EXPECT_NE(grouped.find("(number 2 in this group call) ranks 0-1 call Broadcast of 512 x float root 1; rank 2 "
+                         "calls Broadcast of 512 x float root 2"),
+            std::string::npos)
+      << grouped;
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(out[size_t(r)][0], -1.0f) << "rank " << r;
+
+  // Send/Recv are not compared: a ring shift runs as usual.
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  for (int r = 0; r < 3; ++r) {
+    ASSERT_EQ(ncclSend(in[size_t(r)].data(), 16, ncclFloat32, (r + 1) % 3, comms[size_t(r)], nullptr), ncclSuccess);
+    ASSERT_EQ(ncclRecv(out[size_t(r)].data(), 16, ncclFloat32, (r + 2) % 3, comms[size_t(r)], nullptr), ncclSuccess);
+  }
+  ASSERT_EQ(ncclGroupEnd(), ncclSuccess) << ncclGetLastError(nullptr);
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(out[size_t(r)][0], float((r + 2) % 3 + 1));
+
+  // Two communicators in one group: the one whose ranks disagree runs
+  // nothing, the other runs.
+  auto other = initAll(3);
+  resetOut();
+  std::vector<std::vector<float>> out2(3, std::vector<float>(1024, -1.0f));
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  for (int r = 0; r < 3; ++r) {
+    ASSERT_EQ(ncclAllReduce(in[size_t(r)].data(), out[size_t(r)].data(), 1024, ncclFloat32, ncclSum, comms[size_t(r)],
+                            nullptr),
+              ncclSuccess);
+    ASSERT_EQ(ncclAllReduce(in[size_t(r)].data(), out2[size_t(r)].data(), 1024, r == 0 ? ncclFloat32 : ncclInt32,
+                            ncclSum, other[size_t(r)], nullptr),
+              ncclSuccess);
+  }
+  EXPECT_EQ(ncclGroupEnd(), ncclInvalidUsage);
+  const std::string two = ncclGetLastError(nullptr);
+  EXPECT_NE(two.find("rank 0 calls AllReduce of 1024 x float (sum); ranks 1-2 call AllReduce of 1024 x int32"),
+            std::string::npos)
+      << two;
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(out[size_t(r)][0], 6.0f) << "rank " << r;
+    EXPECT_EQ(out2[size_t(r)][0], -1.0f) << "rank " << r;
+  }
+  allReduceAndCheck(other, 100);
+  destroyAll(other);
+  destroyAll(comms);
+}
+
+// The check is on when any rank asks (here rank 0 only: its settings are
+// read when its non-blocking init is called, before rank 1's).
+TEST(CommFeatures, CollectiveCheckIsOnWhenAnyRankAsks) {
+  ScopedEnv timeout({"LOOM_TIMEOUT_S=20"});
+  ncclUniqueId id;
+  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  ncclComm_t c0 = nullptr, c1 = nullptr;
+  {
+    ScopedEnv env({"LOOM_CHECK_COLLECTIVES=1"});
+    ASSERT_EQ(ncclCommInitRankConfig(&c0, 2, id, 0, &config), ncclInProgress) << ncclGetLastError(nullptr);
+  }
+  ASSERT_EQ(ncclCommInitRank(&c1, 2, id, 1), ncclSuccess) << ncclGetLastError(nullptr);
+  ncclResult_t async = ncclInProgress;
+  const auto start = std::chrono::steady_clock::now();
+  while (async == ncclInProgress && secondsSince(start) < kEndsWithinS) {
+    ASSERT_EQ(ncclCommGetAsyncError(c0, &async), ncclSuccess);
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  ASSERT_EQ(async, ncclSuccess) << ncclGetLastError(c0);
+  std::vector<ncclComm_t> comms{c0, c1};
+  onRanks(2, [&](int r) {
+    int32_t in[4] = {1, 2, 3, 4}, out[4] = {0, 0, 0, 0};
+    EXPECT_EQ(ncclAllReduce(in, out, r == 0 ? 4 : 3, ncclInt32, ncclSum, comms[size_t(r)], nullptr),
+              ncclInvalidUsage);
+    EXPECT_NE(std::strstr(ncclGetLastError(comms[size_t(r)]), "collective mismatch"), nullptr)
+        << ncclGetLastError(comms[size_t(r)]);
+  });
+  allReduceAndCheck(comms);
+  destroyAll(comms);
+}
+
+// A rank that never makes the call: the others' check waits, warns every
+// LOOM_STALL_WARN_S and fails at LOOM_TIMEOUT_S, saying which call it was.
+TEST(CommFeatures, CollectiveCheckEndsAtTheTimeoutWhenARankNeverCalls) {
+  ScopedEnv env({"LOOM_CHECK_COLLECTIVES=1", "LOOM_TIMEOUT_S=2", "LOOM_STALL_WARN_S=1"});
+  auto comms = initAll(2);
+  float x = 1;
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_NE(ncclAllReduce(&x, &x, 1, ncclFloat32, ncclSum, comms[0], nullptr), ncclSuccess);
+  EXPECT_LT(secondsSince(start), kEndsWithinS);
+  const std::string error = ncclGetLastError(comms[0]);
+  EXPECT_NE(error.find("the collective check (LOOM_CHECK_COLLECTIVES) of AllReduce #1"), std::string::npos)
+      << error;
+  destroyAll(comms);
 }
 
 TEST(CommFeatures, NonBlockingInitReportsInProgressUntilThePeerJoins) {
