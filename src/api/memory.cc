@@ -26,6 +26,26 @@ loom::transport::MemoryType memoryOf(const Communicator& comm) {
                                                 : loom::transport::MemoryType::kHost;
 }
 
+// ncclCommRegister and ncclCommWindowRegister: the checks they share, then
+// the buffer into the registration cache as `kind`; returns its handle.
+// The communicator's init must be done (its mode says what the buffer
+// holds): on a non-blocking one still initializing this is an error, as
+// in NCCL.
+loom::Result<uint64_t> registerBuffer(ncclComm_t comm, void* buff, size_t size, const void* out, const char* outName,
+                                      loom::core::RegistrationCache::Kind kind) {
+  LOOM_ASSIGN_OR_RETURN(loom::core::CommRef pinned, loom::api::lookup(comm));
+  LOOM_TRY(loom::api::checkPtr(buff, "buff"));
+  LOOM_TRY(loom::api::checkPtr(out, outName));
+  if (size == 0) return loom::invalidArgument("size is 0");
+  Status state = pinned->asyncError();
+  if (state.code() == loom::Code::kInProgress) {
+    return loom::invalidArgument(pinned->describe() + " is still initializing (non-blocking init): wait until "
+                                 "ncclCommGetAsyncError reports ncclSuccess before registering buffers");
+  }
+  LOOM_TRY(state);
+  return pinned->registrations().add(buff, size, memoryOf(*pinned), kind);
+}
+
 }  // namespace
 
 using namespace loom;
@@ -74,14 +94,11 @@ NCCL_API(ncclResult_t, ncclMemFree, void* ptr) {
 
 NCCL_API(ncclResult_t, ncclCommRegister, const ncclComm_t comm, void* buff, size_t size, void** handle) {
   return guard("ncclCommRegister", [&]() -> Status {
-    LOOM_ASSIGN_OR_RETURN(loom::core::CommRef pinned, lookup(comm));
-    LOOM_TRY(checkPtr(buff, "buff"));
-    LOOM_TRY(checkPtr(handle, "handle"));
-    if (size == 0) return loom::invalidArgument("size is 0");
     // Each connection registers it when a transfer first uses it
     // (core/registration.h); a CUDA IPC connection's peer then copies
     // straight out of it.
-    const uint64_t h = pinned->registrations().add(buff, size, memoryOf(*pinned));
+    LOOM_ASSIGN_OR_RETURN(uint64_t h, registerBuffer(comm, buff, size, handle, "handle",
+                                                     core::RegistrationCache::Kind::kBuffer));
     *handle = reinterpret_cast<void*>(uintptr_t(h));
     return Status::ok();
   });
@@ -104,15 +121,12 @@ NCCL_API(ncclResult_t, ncclCommDeregister, const ncclComm_t comm, void* handle) 
 NCCL_API(ncclResult_t, ncclCommWindowRegister, ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win,
          int winFlags) {
   return guard("ncclCommWindowRegister", [&]() -> Status {
-    LOOM_ASSIGN_OR_RETURN(loom::core::CommRef pinned, lookup(comm));
-    LOOM_TRY(checkPtr(buff, "buff"));
-    LOOM_TRY(checkPtr(win, "win"));
-    if (size == 0) return loom::invalidArgument("size is 0");
     if ((winFlags & ~NCCL_WIN_COLL_SYMMETRIC) != 0) {
       return loom::invalidArgument("winFlags " + std::to_string(winFlags) +
                                    ": only NCCL_WIN_DEFAULT and NCCL_WIN_COLL_SYMMETRIC are defined");
     }
-    const uint64_t h = pinned->registrations().add(buff, size, memoryOf(*pinned), core::RegistrationCache::Kind::kWindow);
+    LOOM_ASSIGN_OR_RETURN(uint64_t h, registerBuffer(comm, buff, size, win, "win",
+                                                     core::RegistrationCache::Kind::kWindow));
     *win = reinterpret_cast<ncclWindow_t>(uintptr_t(h));
     return Status::ok();
   });

@@ -389,6 +389,13 @@ TEST(CommFeatures, NonBlockingInitReportsInProgressUntilThePeerJoins) {
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   ASSERT_EQ(ncclCommGetAsyncError(c0, &async), ncclSuccess);
   EXPECT_EQ(async, ncclInProgress) << "init finished although rank 1 has not joined";
+  // Registering needs the init done (the buffer mode comes from it), as in NCCL.
+  std::vector<char> buf(4096);
+  void* handle = nullptr;
+  ncclWindow_t win = nullptr;
+  EXPECT_EQ(ncclCommRegister(c0, buf.data(), buf.size(), &handle), ncclInvalidArgument);
+  EXPECT_NE(std::strstr(ncclGetLastError(c0), "still initializing"), nullptr) << ncclGetLastError(c0);
+  EXPECT_EQ(ncclCommWindowRegister(c0, buf.data(), buf.size(), &win, NCCL_WIN_DEFAULT), ncclInvalidArgument);
   std::thread peer([&] { EXPECT_EQ(ncclCommInitRank(&c1, 2, id, 1), ncclSuccess) << ncclGetLastError(nullptr); });
   const auto start = std::chrono::steady_clock::now();
   do {
@@ -397,8 +404,10 @@ TEST(CommFeatures, NonBlockingInitReportsInProgressUntilThePeerJoins) {
   } while (async == ncclInProgress && secondsSince(start) < kEndsWithinS);
   peer.join();
   ASSERT_EQ(async, ncclSuccess) << ncclGetLastError(c0);
+  ASSERT_EQ(ncclCommRegister(c0, buf.data(), buf.size(), &handle), ncclSuccess) << ncclGetLastError(c0);
   std::vector<ncclComm_t> comms{c0, c1};
   allReduceAndCheck(comms);
+  EXPECT_EQ(ncclCommDeregister(c0, handle), ncclSuccess);
   destroyAll(comms);
 }
 
