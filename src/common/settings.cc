@@ -114,12 +114,13 @@ constexpr Spec kTable[] = {
      "repeated every period while the stall lasts. Nothing fails: the operation completes if they "
      "catch up. 0 = off."},
     {"LOOM_CHECK_COLLECTIVES", T::kBool, "0", "COLL",
-     "1: before a communicator's collectives run, its ranks compare what each called (collective, "
-     "count, type, op, root, and how many in a group); a mismatch fails that call on every rank with "
-     "ncclInvalidUsage naming the ranks and their calls, instead of hanging or corrupting data, and "
-     "the communicator stays usable. Costs one small all-gather over the bootstrap ring per call "
-     "(blocking: a call on device buffers waits for every rank to reach it). On when any rank of the "
-     "communicator sets it. Send/Recv are not compared."},
+     "1: before each collective of a communicator runs, its ranks compare what each called there "
+     "(collective, count, type, op, root; one by one in call order, however the ranks group them); a "
+     "mismatch fails that call on every rank with ncclInvalidUsage naming the ranks and their calls, "
+     "instead of hanging or corrupting data: that collective and the rest of the call on that "
+     "communicator do not run, and the communicator stays usable. Costs one small all-gather over "
+     "the bootstrap ring per collective (blocking: a call on device buffers waits for every rank to "
+     "reach it). On when any rank of the communicator sets it. Send/Recv are not compared."},
     {"LOOM_FLIGHT_RECORDER_ENTRIES", T::kInt, "2000", "COLL",
      "Operations each communicator's flight recorder keeps (kind, sequence number, count, type, op, "
      "root or peer, state, enqueue/start/end times), the newest; 0 = none. Dumped into "

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <optional>
 #include <system_error>
 #include <thread>
 
@@ -24,14 +23,6 @@ struct Call {
   uint64_t count = 0;
   bool operator==(const Call&) const = default;
 };
-
-struct Header {
-  uint64_t first = 0;
-  uint32_t calls = 0;
-  uint32_t listed = 0;
-  uint64_t hash = 0;
-};
-static_assert(sizeof(Header) == 24);
 
 bool rooted(OpKind kind) {
   return kind == OpKind::kBroadcast || kind == OpKind::kReduce || kind == OpKind::kGather ||
@@ -67,13 +58,7 @@ Call get(const uint8_t* at) {
   return c;
 }
 
-uint64_t mixCall(uint64_t hash, const Call& c) {
-  uint8_t bytes[16];
-  put(bytes, c);
-  return hashBytes(bytes, sizeof bytes, hash);
-}
-
-// "AllReduce of 1024 x float32 (sum)", "Broadcast of 8 x int8 from root 2".
+// "AllReduce of 1024 x float (sum)", "Broadcast of 8 x int8 root 2".
 std::string describeCall(const Call& c) {
   const auto kind = OpKind(c.kind);
   std::string out = std::string(opKindName(kind)) + " of " + std::to_string(c.count) + " x " +
@@ -97,135 +82,86 @@ std::string ranksText(const std::vector<int>& ranks) {
   return out;
 }
 
-struct Decoded {
-  Header header;
-  std::vector<Call> list;
+struct Block {
+  uint64_t index = 0;
+  Call call;
 };
 
-Result<Decoded> decode(const std::vector<uint8_t>& block, int rank) {
+Result<Block> decode(const std::vector<uint8_t>& bytes, int rank) {
   const std::string bad = "rank " + std::to_string(rank) + " sent a malformed collective check block: ";
-  if (block.size() != kCheckBlockBytes) return remoteError(bad + std::to_string(block.size()) + " bytes");
-  Decoded d;
-  std::memcpy(&d.header, block.data(), sizeof(Header));
-  if (d.header.listed != std::min<uint64_t>(d.header.calls, kMaxListed) || d.header.calls == 0)
-    return remoteError(bad + "it lists " + std::to_string(d.header.listed) + " of " +
-                       std::to_string(d.header.calls) + " calls");
-  for (uint32_t i = 0; i < d.header.listed; ++i) {
-    Call c = get(block.data() + sizeof(Header) + 16 * i);
-    if (c.kind >= kOpKindCount || !isChecked(OpKind(c.kind)) || c.type >= kernels::kNumDataTypes ||
-        c.op > uint8_t(kernels::RedOp::kSumPostDiv) || c.root < -1)
-      return remoteError(bad + "call " + std::to_string(i) + " is not a collective");
-    d.list.push_back(c);
-  }
-  return d;
+  if (bytes.size() != kCheckBlockBytes) return remoteError(bad + std::to_string(bytes.size()) + " bytes");
+  Block b;
+  std::memcpy(&b.index, bytes.data(), 8);
+  b.call = get(bytes.data() + 8);
+  const Call& c = b.call;
+  if (c.kind >= kOpKindCount || !isChecked(OpKind(c.kind)) || c.type >= kernels::kNumDataTypes ||
+      c.op > uint8_t(kernels::RedOp::kSumPostDiv) || c.root < -1)
+    return remoteError(bad + "it names no collective");
+  return b;
 }
 
-// "collective #17 (number 2 in this group call)".
-std::string position(uint64_t first, size_t index, uint32_t mostCalls) {
-  std::string out = "collective #" + std::to_string(first + index + 1);
-  if (mostCalls > 1) out += " (number " + std::to_string(index + 1) + " in this group call)";
+// Ranks grouped by what `keyOf` says of them, in the order of their first rank.
+template <typename KeyOf>
+auto groupRanks(int n, KeyOf keyOf) {
+  std::vector<std::pair<decltype(keyOf(0)), std::vector<int>>> out;
+  for (int r = 0; r < n; ++r) {
+    auto key = keyOf(r);
+    auto it = std::find_if(out.begin(), out.end(), [&](const auto& g) { return g.first == key; });
+    if (it == out.end()) out.push_back({key, {r}});
+    else it->second.push_back(r);
+  }
   return out;
 }
 
 constexpr const char* kRule =
     ". Every rank must call a communicator's collectives in the same order with the same count, type, op "
-    "and root; none of this call's collectives ran (LOOM_CHECK_COLLECTIVES)";
+    "and root; this call's collectives on this communicator from this one on did not run "
+    "(LOOM_CHECK_COLLECTIVES)";
 
 }  // namespace
 
-std::vector<uint8_t> encodeCheckBlock(uint64_t first, std::span<const OpDesc> ops) {
+std::vector<uint8_t> encodeCheckBlock(uint64_t index, const OpDesc& op) {
   std::vector<uint8_t> block(kCheckBlockBytes, 0);
-  Header h;
-  h.first = first;
-  h.hash = hashBytes(nullptr, 0);
-  for (const OpDesc& op : ops) {
-    if (!isChecked(op.kind)) continue;
-    const Call c = callOf(op);
-    if (h.listed < kMaxListed) put(block.data() + sizeof(Header) + 16 * h.listed++, c);
-    h.hash = mixCall(h.hash, c);
-    ++h.calls;
-  }
-  std::memcpy(block.data(), &h, sizeof h);
+  std::memcpy(block.data(), &index, 8);
+  put(block.data() + 8, callOf(op));
   return block;
 }
 
 Status compareCheckBlocks(const std::vector<std::vector<uint8_t>>& blocks, const std::string& where) {
-  std::vector<Decoded> all;
+  std::vector<Block> all;
   for (size_t r = 0; r < blocks.size(); ++r) {
-    LOOM_ASSIGN_OR_RETURN(Decoded d, decode(blocks[r], int(r)));
-    all.push_back(std::move(d));
+    LOOM_ASSIGN_OR_RETURN(Block b, decode(blocks[r], int(r)));
+    all.push_back(b);
   }
-  if (all.empty()) return Status::ok();
+  const int n = int(all.size());
   const std::string head = "collective mismatch on " + where + ": ";
-  // Ranks grouped by a key, in the order their first rank comes.
-  auto groups = [&](auto keyOf) {
-    std::vector<std::pair<decltype(keyOf(0)), std::vector<int>>> out;
-    for (int r = 0; r < int(all.size()); ++r) {
-      auto key = keyOf(r);
-      auto it = std::find_if(out.begin(), out.end(), [&](const auto& g) { return g.first == key; });
-      if (it == out.end()) out.push_back({key, {r}});
-      else it->second.push_back(r);
-    }
-    return out;
-  };
-  const auto firsts = groups([&](int r) { return all[size_t(r)].header.first; });
-  if (firsts.size() > 1) {
-    // Only a rank that skipped an earlier failed check gets here.
+  const auto indices = groupRanks(n, [&](int r) { return all[size_t(r)].index; });
+  if (indices.size() > 1) {
+    // Only a rank that went on past an earlier failed check gets here.
     std::string text = head + "the ranks have checked different numbers of collectives: ";
-    for (size_t i = 0; i < firsts.size(); ++i)
-      text += (i ? "; " : "") + ranksText(firsts[i].second) + " at collective #" + std::to_string(firsts[i].first + 1);
+    for (size_t i = 0; i < indices.size(); ++i)
+      text += (i ? "; " : "") + ranksText(indices[i].second) + " at collective #" + std::to_string(indices[i].first + 1);
     return invalidUsage(text + kRule);
   }
-  const uint64_t first = all[0].header.first;
-  uint32_t most = 0;
-  for (const auto& d : all) most = std::max(most, d.header.calls);
-  for (size_t i = 0; i < std::min<size_t>(most, kMaxListed); ++i) {
-    // The call at position i, or none where a rank's call holds fewer.
-    const auto at = groups([&](int r) {
-      const auto& list = all[size_t(r)].list;
-      return i < list.size() ? std::optional<Call>(list[i]) : std::nullopt;
-    });
-    if (at.size() == 1) continue;
-    std::string text = head + "at its " + position(first, i, most) + " ";
-    for (size_t g = 0; g < at.size(); ++g) {
-      const bool one = at[g].second.size() == 1;
-      text += (g ? "; " : "") + ranksText(at[g].second) +
-              (at[g].first ? (one ? " calls " : " call ") + describeCall(*at[g].first)
-                           : (one ? " calls" : " call") + std::string(" no more collectives in this call"));
-    }
-    return invalidUsage(text + kRule);
+  const auto calls = groupRanks(n, [&](int r) { return all[size_t(r)].call; });
+  if (calls.size() == 1) return Status::ok();
+  std::string text = head + "at its collective #" + std::to_string(all[0].index + 1) + " ";
+  for (size_t g = 0; g < calls.size(); ++g) {
+    text += (g ? "; " : "") + ranksText(calls[g].second) + (calls[g].second.size() == 1 ? " calls " : " call ") +
+            describeCall(calls[g].first);
   }
-  const auto rest = groups([&](int r) { return std::make_pair(all[size_t(r)].header.calls, all[size_t(r)].header.hash); });
-  if (rest.size() > 1) {
-    std::string text = head + "the ranks' calls agree on their first " + std::to_string(kMaxListed) +
-                       " collectives (from #" + std::to_string(first + 1) + ") but not on the rest: ";
-    for (size_t g = 0; g < rest.size(); ++g)
-      text += (g ? "; " : "") + ranksText(rest[g].second) + " with " + std::to_string(rest[g].first.first) +
-              " collectives (hash " + std::to_string(rest[g].first.second) + ")";
-    return invalidUsage(text + kRule);
-  }
-  return Status::ok();
+  return invalidUsage(text + kRule);
 }
 
-Status checkCollectives(Communicator* comm, std::span<const OpDesc> ops) {
-  if (!comm->checksCollectives()) return Status::ok();
-  const OpDesc* firstChecked = nullptr;
-  size_t calls = 0;
-  for (const OpDesc& op : ops) {
-    if (!isChecked(op.kind)) continue;
-    if (!firstChecked) firstChecked = &op;
-    ++calls;
-  }
-  if (calls == 0) return Status::ok();
+Status checkCollective(Communicator* comm, const OpDesc& op) {
   std::lock_guard<std::mutex> lock(comm->ringMutex());
   const int n = comm->nranks(), me = comm->rank();
-  const uint64_t first = comm->checkedCollectives();
-  const std::vector<uint8_t> mine = encodeCheckBlock(first, ops);
+  const uint64_t index = comm->checkedCollectives();
+  const std::vector<uint8_t> mine = encodeCheckBlock(index, op);
   std::vector<uint8_t> gathered(kCheckBlockBytes * size_t(n));
   std::memcpy(gathered.data() + kCheckBlockBytes * size_t(me), mine.data(), kCheckBlockBytes);
-  const std::string what = std::string("the collective check (LOOM_CHECK_COLLECTIVES) of ") +
-                           opKindName(firstChecked->kind) + " #" + std::to_string(first + 1) + " on " +
-                           comm->describe();
+  const std::string what = std::string("the collective check (LOOM_CHECK_COLLECTIVES) of ") + opKindName(op.kind) +
+                           " #" + std::to_string(index + 1) + " on " + comm->describe();
   const double timeout = comm->timeoutS();
   const Deadline deadline = timeout > 0 ? Deadline::afterSeconds(timeout) : Deadline::never();
   const double warnEvery = comm->options().stallWarnS;
@@ -238,7 +174,7 @@ Status checkCollectives(Communicator* comm, std::span<const OpDesc> ops) {
     LOOM_TRY(comm->stickyError());
     const double waited = std::chrono::duration<double>(Clock::now() - start).count();
     if (warnEvery > 0 && waited >= nextWarn) {
-      LOOM_WARN("%s: waiting for %.0f s: some rank has not made this call (its collectives on this communicator "
+      LOOM_WARN("%s: waiting for %.0f s: some rank has not reached it (its collectives on this communicator "
                 "differ from this rank's, or it is still busy); LOOM_TIMEOUT_S ends the wait",
                 what.c_str(), waited);
       nextWarn += warnEvery;
@@ -265,8 +201,37 @@ Status checkCollectives(Communicator* comm, std::span<const OpDesc> ops) {
     return agreed;
   }
   LOOM_TRY(agreed);
-  comm->checkedCollectives() += calls;
+  ++comm->checkedCollectives();
   return Status::ok();
+}
+
+CollectiveChecker::CollectiveChecker(Communicator* comm, std::span<const OpDesc> ops) : comm_(comm) {
+  for (const OpDesc& op : ops)
+    if (isChecked(op.kind)) ops_.push_back(op);
+  try {
+    thread_ = std::thread([this] {
+      log::ScopedRank rank(comm_->rank());
+      Status s;
+      for (const OpDesc& op : ops_) {
+        s = checkCollective(comm_, op);
+        if (!s.isOk()) break;
+        passed_.fetch_add(1, std::memory_order_release);
+      }
+      result_ = s;
+      finished_.store(true, std::memory_order_release);
+    });
+  } catch (const std::system_error& e) {
+    // Checked on this thread it could wait for a rank this thread drives.
+    result_ = systemError(std::string("cannot start a thread for a collective check: ") + e.what());
+    comm_->fail(result_, true);
+    finished_.store(true, std::memory_order_release);
+  }
+}
+
+CollectiveChecker::~CollectiveChecker() { wait(); }
+
+void CollectiveChecker::wait() {
+  if (thread_.joinable()) thread_.join();
 }
 
 Status checkGroupCollectives(std::vector<PendingOp>* ops) {
@@ -274,7 +239,7 @@ Status checkGroupCollectives(std::vector<PendingOp>* ops) {
   std::vector<std::vector<OpDesc>> theirs;
   for (const PendingOp& p : *ops) {
     Communicator* c = p.comm.get();
-    if (!c->checksCollectives() || !isChecked(p.op.kind)) continue;
+    if (!c->checksCollectives()) continue;
     auto it = std::find(comms.begin(), comms.end(), c);
     if (it == comms.end()) {
       comms.push_back(c);
@@ -283,30 +248,43 @@ Status checkGroupCollectives(std::vector<PendingOp>* ops) {
     }
     theirs[size_t(it - comms.begin())].push_back(p.op);
   }
+  // How many of each communicator's collectives its ranks agree on, and why
+  // they stopped there.
+  std::vector<size_t> passed(comms.size());
   std::vector<Status> results(comms.size());
   if (comms.size() == 1) {
-    results[0] = checkCollectives(comms[0], theirs[0]);
-  } else if (!comms.empty()) {
-    std::vector<std::thread> threads;
-    for (size_t i = 0; i < comms.size(); ++i) {
-      try {
-        threads.emplace_back([&, i] {
-          log::ScopedRank rank(comms[i]->rank());
-          results[i] = checkCollectives(comms[i], theirs[i]);
-        });
-      } catch (const std::system_error& e) {
-        // Checked alone it could wait for a rank this thread drives.
-        results[i] = systemError(std::string("cannot start a thread for a collective check: ") + e.what());
-        comms[i]->fail(results[i], true);
-      }
+    for (const OpDesc& op : theirs[0]) {
+      if (!isChecked(op.kind)) continue;
+      results[0] = checkCollective(comms[0], op);
+      if (!results[0].isOk()) break;
+      ++passed[0];
     }
-    for (auto& t : threads) t.join();
+  } else if (!comms.empty()) {
+    std::vector<std::unique_ptr<CollectiveChecker>> checkers;
+    for (size_t i = 0; i < comms.size(); ++i)
+      checkers.push_back(std::make_unique<CollectiveChecker>(comms[i], theirs[i]));
+    for (size_t i = 0; i < comms.size(); ++i) {
+      checkers[i]->wait();
+      passed[i] = checkers[i]->passed();
+      results[i] = checkers[i]->result();
+    }
   }
+  // A communicator whose ranks disagree keeps the collectives they agreed
+  // on (the ranks that called them apart already run them) and drops the
+  // rest of its share of the call.
   Status firstError;
   for (size_t i = 0; i < comms.size(); ++i) {
     if (results[i].isOk()) continue;
     if (firstError.isOk()) firstError = results[i];
-    std::erase_if(*ops, [&](const PendingOp& p) { return p.comm.get() == comms[i]; });
+    size_t kept = 0;
+    std::erase_if(*ops, [&](const PendingOp& p) {
+      if (p.comm.get() != comms[i]) return false;
+      if (isChecked(p.op.kind) && kept < passed[i]) {
+        ++kept;
+        return false;
+      }
+      return true;
+    });
   }
   return firstError;
 }

@@ -1,21 +1,25 @@
-// LOOM_CHECK_COLLECTIVES: before a communicator's collectives run, its ranks
-// compare what each of them called, so a mismatch (another count, type, op,
-// root or collective, or a collective missing from one rank's group) is an
-// error naming the ranks and their calls instead of a hang or wrong data.
+// LOOM_CHECK_COLLECTIVES: before each collective of a communicator runs,
+// its ranks compare what each of them called there, so a mismatch (another
+// count, type, op, root or collective) is an error naming the ranks and
+// their calls instead of a hang or wrong data.
 //
-// Each call, or each group's share for one communicator, costs one ring
-// all-gather over the bootstrap sockets of a small fixed-size block: the
-// position in the communicator's sequence of collectives, how many the call
-// holds, a hash of all of them and the first kMaxListed in full. Nothing
-// runs before the ranks agree, so after a mismatch every rank returns
-// ncclInvalidUsage for that call and the communicator stays usable.
-// Send/Recv are not compared: their pairs differ from rank to rank.
+// Each collective costs one ring all-gather over the bootstrap sockets of a
+// small block: its position in the communicator's sequence of collectives
+// and the call. Ranks compare collectives one by one in call order, so
+// ranks may group them differently. Nothing runs before its ranks agree:
+// after a mismatch every rank's call returns ncclInvalidUsage, the
+// collectives of that call from the mismatched one on do not run, and the
+// communicator stays usable. Send/Recv are not compared (their pairs
+// differ from rank to rank), so a rank whose call holds only those is not
+// caught when the others call a collective: that still waits for the
+// timeout.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
-#include <functional>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/status.h"
@@ -29,28 +33,55 @@ struct PendingOp;
 // Whether ranks compare `kind` (every collective; not Send/Recv).
 inline bool isChecked(OpKind kind) { return kind != OpKind::kSend && kind != OpKind::kRecv; }
 
-// The block one rank contributes: `first` is the communicator's count of
-// collectives checked before these, `ops` the call's operations (those not
-// compared are skipped).
-inline constexpr size_t kMaxListed = 32;
-inline constexpr size_t kCheckBlockBytes = 24 + kMaxListed * 16;
-std::vector<uint8_t> encodeCheckBlock(uint64_t first, std::span<const OpDesc> ops);
+// The block one rank contributes for one collective: `index` is how many
+// of the communicator's collectives were checked before it.
+inline constexpr size_t kCheckBlockBytes = 24;
+std::vector<uint8_t> encodeCheckBlock(uint64_t index, const OpDesc& op);
 
-// Compares every rank's block (all of kCheckBlockBytes): ok when they agree,
-// else kInvalidUsage saying at which collective of the communicator's
-// sequence the ranks part and what each calls there ("rank 0,2-3 call
-// AllReduce of 1024 x float32 (sum); rank 1 calls ..."); a malformed block
-// is kRemoteError. `where` names the communicator for the message.
+// Compares every rank's block: ok when they agree, else kInvalidUsage
+// saying at which collective of the communicator's sequence the ranks part
+// and what each calls there ("ranks 0,2-3 call AllReduce of 1024 x float
+// (sum); rank 1 calls ..."); a malformed block is kRemoteError. `where`
+// names the communicator for the message.
 Status compareCheckBlocks(const std::vector<std::vector<uint8_t>>& blocks, const std::string& where);
 
-// The exchange for one communicator (blocking; bounded by its timeout and
-// abort): ok when nothing in `ops` needs checking or the ranks agree.
-Status checkCollectives(Communicator* comm, std::span<const OpDesc> ops);
+// The exchange for one collective of `comm` (blocking; bounded by its
+// timeout and abort). A broken exchange fails the communicator.
+Status checkCollective(Communicator* comm, const OpDesc& op);
 
-// The same for a group on several communicators at once (a thread each
-// when more than one communicator has collectives: one thread may drive
-// several ranks). The operations of a communicator whose ranks disagree are
-// taken out of `ops`, so the others still run; returns the first error.
+// The checks of one call's collectives on `comm`, in order, on a thread of
+// its own, ahead of the operations: the engine starts each collective once
+// passed() counts it, so one thread can drive several ranks and each
+// communicator goes on as soon as its own checks pass.
+class CollectiveChecker {
+ public:
+  CollectiveChecker(Communicator* comm, std::span<const OpDesc> ops);
+  ~CollectiveChecker();  // wait()s
+  CollectiveChecker(const CollectiveChecker&) = delete;
+  CollectiveChecker& operator=(const CollectiveChecker&) = delete;
+
+  Communicator* comm() const { return comm_; }
+  size_t passed() const { return passed_.load(std::memory_order_acquire); }
+  bool finished() const { return finished_.load(std::memory_order_acquire); }
+  // Once finished(): ok, or why the checks stopped at passed().
+  const Status& result() const { return result_; }
+  // Until the checks end (each is bounded by the communicator's timeout).
+  void wait();
+
+ private:
+  Communicator* comm_;
+  std::vector<OpDesc> ops_;
+  std::atomic<size_t> passed_{0};
+  std::atomic<bool> finished_{false};
+  Status result_;
+  std::thread thread_;
+};
+
+// Calls on device buffers, whose operations are only queued: every
+// communicator's collectives checked before anything is queued (a thread
+// each when several communicators have some). The operations of a
+// communicator whose ranks disagree are taken out of `ops`, so the others
+// still run; returns the first error.
 Status checkGroupCollectives(std::vector<PendingOp>* ops);
 
 }  // namespace loom::core

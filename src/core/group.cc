@@ -55,6 +55,9 @@ struct Task {
   bool reducing = false;
   uint64_t seq = 0;  // the communicator's operation number
   uint64_t flightId = 0;   // its entry in the communicator's flight recorder
+  // LOOM_CHECK_COLLECTIVES: how many of the call's collectives on this
+  // communicator its ranks must have agreed on before this task starts.
+  size_t checksNeeded = 0;
   // "AllReduce #17 (1024 x float)": built when a message needs it, not for
   // every operation (formatting costs a noticeable share of a tiny one).
   std::string name() const;
@@ -67,7 +70,12 @@ struct CommRun {
   std::unique_ptr<PlanRunner> runner;
   bool boardStarted = false;  // the current task is a board task that started
   int stallWarnings = 0;  // stall warnings logged since the group last progressed
+  CollectiveChecker* checker = nullptr;  // LOOM_CHECK_COLLECTIVES, for a group's call
   bool done() const { return current >= tasks.size(); }
+  // The current task waits for its ranks to agree on its collectives.
+  bool waitsForCheck() const {
+    return checker && !done() && !runner && !boardStarted && tasks[current].checksNeeded > checker->passed();
+  }
 };
 
 std::vector<int> linksOf(const Plan& plan) {
@@ -231,7 +239,7 @@ class Engine {
         if (!s.isOk()) return failAll(cr, s);
         allDone = allDone && cr.done();
       }
-      if (allDone) return Status::ok();
+      if (allDone) return mismatch_;
       if (progressed) {
         moved = true;
         idle = 0;
@@ -267,6 +275,20 @@ class Engine {
     Communicator* comm = cr.comm;
     if (comm->aborted()) return abortedError("running " + cr.tasks[cr.current].name());
     Task& task = cr.tasks[cr.current];
+    if (cr.waitsForCheck()) {
+      if (!cr.checker->finished()) return Status::ok();
+      // The ranks disagree here, or the check failed.
+      const Status& why = cr.checker->result();
+      if (why.isOk()) return internalError("the collective check ended before " + task.name());
+      if (why.code() != Code::kInvalidUsage || comm->hasFailed()) return why;
+      // A mismatch, seen alike by every rank: this communicator's part of
+      // the call ends here, and the others go on.
+      for (size_t i = cr.current; i < cr.tasks.size(); ++i) comm->flight().finished(cr.tasks[i].flightId, false);
+      cr.current = cr.tasks.size();
+      if (mismatch_.isOk()) mismatch_ = why;
+      *progressed = true;
+      return Status::ok();
+    }
     if (task.board) {
       LatencyPath* lp = comm->latencyPath();
       if (!cr.boardStarted) {
@@ -383,6 +405,13 @@ class Engine {
   }
 
   void block() {
+    // Checks end on their own threads, which announce nothing: look again soon.
+    for (CommRun& cr : runs_) {
+      if (cr.waitsForCheck()) {
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
+        return;
+      }
+    }
     // A board task waits on a peer's sequence word, which no fd announces:
     // sleep on it briefly (the others are looked at again after).
     for (CommRun& cr : runs_) {
@@ -440,6 +469,7 @@ class Engine {
 
   std::vector<CommRun> runs_;
   const DeviceContext* device_;
+  Status mismatch_;  // the first communicator whose ranks called different collectives
   Clock::time_point lastProgress_;
 };
 
@@ -515,7 +545,7 @@ Status runSingle(Communicator* c, const OpDesc& op) {
   // The checks inline first: on the board, the rest of a small call costs
   // about as much as they do.
   if (!c->usableNow()) LOOM_TRY(waitTurn(c));
-  if (c->checksCollectives()) LOOM_TRY(checkCollectives(c, std::span<const OpDesc>(&op, 1)));
+  if (c->checksCollectives() && isChecked(op.kind)) LOOM_TRY(checkCollective(c, op));
   std::lock_guard<BiasedMutex> lock(c->opMutex());
   std::vector<Task> tasks;  // the engine's, if it runs
   bool boardStarted = false;
@@ -554,12 +584,7 @@ Status runSingle(Communicator* c, const OpDesc& op) {
 
 Status runOps(std::vector<PendingOp> ops) {
   for (Communicator* c : commsOf(ops)) LOOM_TRY(waitTurn(c));
-  // A communicator whose ranks called different collectives runs none of
-  // them; the others go on.
-  Status mismatch = checkGroupCollectives(&ops);
-  if (ops.empty()) return mismatch;
-  Status s = runPlannedOps(std::move(ops));
-  return s.isOk() ? mismatch : s;
+  return runPlannedOps(std::move(ops));
 }
 
 Status runPlannedOps(std::vector<PendingOp> ops, const DeviceContext* device) {
@@ -570,6 +595,7 @@ Status runPlannedOps(std::vector<PendingOp> ops, const DeviceContext* device) {
   std::vector<std::unique_lock<BiasedMutex>> locks;
   for (Communicator* c : order) locks.emplace_back(c->opMutex());
   std::vector<CommRun> runs;
+  std::vector<std::vector<OpDesc>> theirs;
   for (Communicator* c : comms) {
     std::vector<OpDesc> mine;
     for (const auto& p : ops)
@@ -577,6 +603,26 @@ Status runPlannedOps(std::vector<PendingOp> ops, const DeviceContext* device) {
     CommRun cr{c, {}, 0, nullptr};
     LOOM_TRY(buildTasks(c, mine, &cr.tasks));
     runs.push_back(std::move(cr));
+    theirs.push_back(std::move(mine));
+  }
+  // LOOM_CHECK_COLLECTIVES on host buffers: each communicator's checks run
+  // ahead on a thread of their own, and each task starts once its
+  // collectives are agreed on (cuda mode checked them when they were
+  // queued). Destroyed, so joined, before the locks are released.
+  std::vector<std::unique_ptr<CollectiveChecker>> checkers;
+  for (size_t i = 0; i < runs.size() && !device; ++i) {
+    if (!runs[i].comm->checksCollectives()) continue;
+    // buildTasks' order: the collectives in call order, then one task for
+    // the point-to-point kinds, which needs every check.
+    std::vector<size_t> needs;
+    size_t seen = 0;
+    for (const OpDesc& op : theirs[i]) {
+      seen += isChecked(op.kind) ? 1 : 0;
+      if (!isPointToPoint(op.kind)) needs.push_back(seen);
+    }
+    for (size_t t = 0; t < runs[i].tasks.size(); ++t) runs[i].tasks[t].checksNeeded = t < needs.size() ? needs[t] : seen;
+    checkers.push_back(std::make_unique<CollectiveChecker>(runs[i].comm, theirs[i]));
+    runs[i].checker = checkers.back().get();
   }
   log::ScopedRank logRank(comms.size() == 1 ? comms[0]->rank() : -1);
   return Engine(std::move(runs), device).run();
@@ -642,8 +688,12 @@ Status groupEnd() {
   // Device work is queued first: it never blocks, while host work runs here.
   std::vector<PendingOp> device, host;
   for (auto& p : ops) (p.comm->mode() == Mode::kCuda ? device : host).push_back(std::move(p));
-  if (!device.empty()) LOOM_TRY(submitToDevices(std::move(device)));
+  // Host work runs even when queueing device work failed (a communicator
+  // whose ranks disagree, say): peers that grouped these communicators
+  // apart wait for it.
+  Status queued = device.empty() ? Status::ok() : submitToDevices(std::move(device));
   if (!host.empty()) LOOM_TRY(runOps(std::move(host)));
+  LOOM_TRY(queued);
   return inProgress ? Status(Code::kInProgress, "non-blocking init in progress") : Status::ok();
 }
 

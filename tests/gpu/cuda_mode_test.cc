@@ -682,8 +682,6 @@ TEST_F(CudaMode, FinalizeWaitsForQueuedWork) {
   for (int r = 0; r < 2; ++r) EXPECT_EQ(bufs[size_t(r)]->host<float>()[kCount - 1], 2.0f);
 }
 
-// A rank whose peer never calls: ncclCommAbort releases its stream, with
-// the operation's work abandoned.
 // LOOM_CHECK_COLLECTIVES on device buffers: a group whose ranks disagree
 // queues nothing (the streams drain, the outputs keep their values) and
 // fails naming the calls; the communicators go on.
@@ -724,8 +722,29 @@ TEST_F(CudaMode, CollectiveCheckQueuesNothingOnAMismatch) {
     ASSERT_TRUE(drains(streams_[size_t(r)]));
     EXPECT_EQ(out[size_t(r)]->host<float>()[kCount - 1], 6.0f) << "rank " << r;
   }
+  // A host communicator in the same group still runs when the device ones
+  // disagree (its peers may have grouped it apart).
+  ASSERT_EQ(loomSetBufferMode(loomBufferModeHost), ncclSuccess);
+  ncclComm_t host[3] = {nullptr, nullptr, nullptr};
+  ASSERT_EQ(ncclCommInitAll(host, 3, nullptr), ncclSuccess) << ncclGetLastError(nullptr);
+  ASSERT_EQ(loomSetBufferMode(loomBufferModeCuda), ncclSuccess);
+  std::vector<std::vector<float>> hostBuf(3, std::vector<float>(64, 1.0f));
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  for (int r = 0; r < n(); ++r) {
+    ASSERT_EQ(ncclAllReduce(hostBuf[size_t(r)].data(), hostBuf[size_t(r)].data(), 64, ncclFloat, ncclSum, host[r],
+                            nullptr),
+              ncclSuccess);
+    ASSERT_EQ(ncclAllReduce(in[size_t(r)]->ptr, out[size_t(r)]->ptr, r == 0 ? 7 : 8, ncclFloat, ncclSum,
+                            comms_[size_t(r)], asCuda(streams_[size_t(r)])),
+              ncclSuccess);
+  }
+  EXPECT_EQ(ncclGroupEnd(), ncclInvalidUsage);
+  for (int r = 0; r < n(); ++r) EXPECT_EQ(hostBuf[size_t(r)][63], 3.0f) << "rank " << r;
+  for (ncclComm_t c : host) EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
 }
 
+// A rank whose peer never calls: ncclCommAbort releases its stream, with
+// the operation's work abandoned.
 TEST_F(CudaMode, AbortReleasesTheStream) {
   makeRanks(2);
   DeviceBuffer buf(4096);

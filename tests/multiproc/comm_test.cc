@@ -147,7 +147,9 @@ TEST(CommFeatures, ChannelsOpenOneConnectionPerPeerAndChannel) {
     const int before = socketFds();
     allReduceAndCheck(comms, size_t(3) << 20);  // 12 MiB: 4 MiB per channel
     const int after = socketFds();
-    if (std::strcmp(shm, "NCCL_SHM_DISABLE=1") == 0) EXPECT_EQ(after - before, 2 * 2 * 2);
+    if (std::strcmp(shm, "NCCL_SHM_DISABLE=1") == 0) {
+      EXPECT_EQ(after - before, 2 * 2 * 2);
+    }
     allReduceAndCheck(comms, size_t(3) << 20);  // again, on the same connections
     EXPECT_EQ(socketFds(), after);
     destroyAll(comms);
@@ -225,9 +227,10 @@ TEST(CommFeatures, SplitConfigChannelsAreTheChilds) {
 }
 
 // LOOM_CHECK_COLLECTIVES: ranks that call different collectives get
-// ncclInvalidUsage naming the ranks and their calls, nothing runs (the
-// outputs are untouched), and the communicator goes on; in a group one
-// thread drives the ranks, whose checks then run side by side.
+// ncclInvalidUsage naming the ranks and their calls, the mismatched
+// collective does not run (its output is untouched), and the communicator
+// goes on; in a group one thread drives the ranks, whose checks then run
+// side by side.
 TEST(CommFeatures, CollectiveCheckNamesMismatchesAndTheCommunicatorGoesOn) {
   ScopedEnv env({"LOOM_CHECK_COLLECTIVES=1", "LOOM_TIMEOUT_S=20"});  // a broken check fails, never hangs
   auto comms = initAll(3);
@@ -271,7 +274,8 @@ TEST(CommFeatures, CollectiveCheckNamesMismatchesAndTheCommunicatorGoesOn) {
     EXPECT_EQ(out[size_t(r)][0], 6.0f);
     EXPECT_EQ(out[size_t(r)][1023], 2.0f);
   }
-  // ...and a Broadcast from another root is the second call of the group.
+  // ...and a Broadcast from another root is the second call of the group:
+  // the AllReduce, agreed on, runs.
   resetOut();
   ASSERT_EQ(ncclGroupStart(), ncclSuccess);
   for (int r = 0; r < 3; ++r) {
@@ -284,11 +288,14 @@ TEST(CommFeatures, CollectiveCheckNamesMismatchesAndTheCommunicatorGoesOn) {
   }
   EXPECT_EQ(ncclGroupEnd(), ncclInvalidUsage);
   const std::string grouped = ncclGetLastError(nullptr);
-  EXPECT_NE(grouped.find("(number 2 in this group call) ranks 0-1 call Broadcast of 512 x float root 1; rank 2 "
-                         "calls Broadcast of 512 x float root 2"),
+  EXPECT_NE(grouped.find("at its collective #6 ranks 0-1 call Broadcast of 512 x float root 1; rank 2 calls "
+                         "Broadcast of 512 x float root 2"),
             std::string::npos)
       << grouped;
-  for (int r = 0; r < 3; ++r) EXPECT_EQ(out[size_t(r)][0], -1.0f) << "rank " << r;
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(out[size_t(r)][0], 6.0f) << "rank " << r;
+    EXPECT_EQ(out[size_t(r)][512], -1.0f) << "rank " << r;
+  }
 
   // Send/Recv are not compared: a ring shift runs as usual.
   ASSERT_EQ(ncclGroupStart(), ncclSuccess);
@@ -325,6 +332,42 @@ TEST(CommFeatures, CollectiveCheckNamesMismatchesAndTheCommunicatorGoesOn) {
   allReduceAndCheck(other, 100);
   destroyAll(other);
   destroyAll(comms);
+}
+
+// Ranks may group their collectives differently (the check compares them
+// one by one, in order, and each runs once agreed on): rank 0 groups two
+// AllReduces on A and one on B, the others call them one at a time, B's
+// first. Checks and operations interleave; nothing waits for the timeout.
+TEST(CommFeatures, CollectiveCheckLetsRanksGroupDifferently) {
+  ScopedEnv env({"LOOM_CHECK_COLLECTIVES=1", "LOOM_TIMEOUT_S=20"});
+  auto a = initAll(3), b = initAll(3);
+  std::vector<std::vector<float>> in(3), out(3);
+  for (int r = 0; r < 3; ++r) {
+    in[size_t(r)].assign(300, float(r + 1));
+    out[size_t(r)].assign(300, -1.0f);
+  }
+  onRanks(3, [&](int r) {
+    float* i = in[size_t(r)].data();
+    float* o = out[size_t(r)].data();
+    auto ar = [&](float* at, ncclComm_t comm) {
+      return ncclAllReduce(i, at, 100, ncclFloat32, ncclSum, comm, nullptr);
+    };
+    if (r == 0) {
+      ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+      EXPECT_EQ(ar(o, a[0]), ncclSuccess);
+      EXPECT_EQ(ar(o + 100, a[0]), ncclSuccess);
+      EXPECT_EQ(ar(o + 200, b[0]), ncclSuccess);
+      EXPECT_EQ(ncclGroupEnd(), ncclSuccess) << ncclGetLastError(nullptr);
+    } else {
+      EXPECT_EQ(ar(o + 200, b[size_t(r)]), ncclSuccess) << ncclGetLastError(b[size_t(r)]);
+      EXPECT_EQ(ar(o, a[size_t(r)]), ncclSuccess) << ncclGetLastError(a[size_t(r)]);
+      EXPECT_EQ(ar(o + 100, a[size_t(r)]), ncclSuccess) << ncclGetLastError(a[size_t(r)]);
+    }
+  });
+  for (int r = 0; r < 3; ++r)
+    for (size_t e : {size_t(0), size_t(150), size_t(299)}) EXPECT_EQ(out[size_t(r)][e], 6.0f) << "rank " << r;
+  destroyAll(b);
+  destroyAll(a);
 }
 
 // The check is on when any rank asks (here rank 0 only: its settings are
