@@ -465,6 +465,25 @@ ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList, int excludeR
 ncclResult_t pncclCommShrink(ncclComm_t comm, int* excludeRanksList, int excludeRanksCount,
                              ncclComm_t* newcomm, ncclConfig_t* config, int shrinkFlags);
 
+/* Growing a communicator (the calls of NCCL 2.30). One rank of comm calls
+ * ncclCommGetUniqueId and hands the id to the new ranks (out of band, as
+ * for ncclCommInitRank); then every rank of comm calls
+ * ncclCommGrow(comm, nRanks, &id or NULL, -1, &newcomm, config) (the rank
+ * that got the id passes it, the others may pass NULL) and each new rank
+ * ncclCommGrow(NULL, nRanks, &id, rank, &newcomm, config) with a rank of
+ * its own from comm's size up. The ranks of comm keep their numbers in
+ * *newcomm; comm stays usable. An id serves one grow, and a rank cannot
+ * get another from comm until a grow has used it. Not with NCCL_COMM_ID
+ * set. Grows are ordered with comm's splits by call order. config NULL:
+ * the ranks of comm inherit its options (a config counts as for
+ * ncclCommSplit); blocks like ncclCommInitRank. */
+ncclResult_t ncclCommGetUniqueId(ncclComm_t comm, ncclUniqueId* uniqueId);
+ncclResult_t pncclCommGetUniqueId(ncclComm_t comm, ncclUniqueId* uniqueId);
+ncclResult_t ncclCommGrow(ncclComm_t comm, int nRanks, const ncclUniqueId* uniqueId, int rank,
+                          ncclComm_t* newcomm, ncclConfig_t* config);
+ncclResult_t pncclCommGrow(ncclComm_t comm, int nRanks, const ncclUniqueId* uniqueId, int rank,
+                           ncclComm_t* newcomm, ncclConfig_t* config);
+
 /* ======================================================================== */
 /* Communicator queries                                                     */
 /* ======================================================================== */

@@ -5,6 +5,7 @@
 
 #include "api/api.h"
 #include "common/log.h"
+#include "common/settings.h"
 #include "core/group.h"
 #include "core/mode.h"
 #include "device/device.h"
@@ -347,6 +348,56 @@ NCCL_API(ncclResult_t, ncclCommShrink, ncclComm_t comm, int* excludeRanksList, i
                                       .addContext("ncclCommShrink waits for the parent's queued work"));
                        }
                        return Communicator::shrink(std::move(parent), ticket, std::move(excluded), child);
+                     });
+  });
+}
+
+NCCL_API(ncclResult_t, ncclCommGetUniqueId, ncclComm_t comm, ncclUniqueId* uniqueId) {
+  return guard("ncclCommGetUniqueId", [&]() -> Status {
+    LOOM_ASSIGN_OR_RETURN(CommRef c, lookupUsable(comm));
+    LOOM_TRY(checkPtr(uniqueId, "uniqueId"));
+    return c->makeGrowId(reinterpret_cast<uint8_t*>(uniqueId->internal));
+  });
+}
+
+NCCL_API(ncclResult_t, ncclCommGrow, ncclComm_t comm, int nRanks, const ncclUniqueId* uniqueId, int rank,
+         ncclComm_t* newcomm, ncclConfig_t* config) {
+  return guard("ncclCommGrow", [&]() -> Status {
+    LOOM_TRY(checkPtr(newcomm, "newcomm"));
+    *newcomm = nullptr;
+    if (nRanks < 1) return invalidArgument("nRanks " + std::to_string(nRanks) + " must be at least 1");
+    if (!settings::current()->getString("NCCL_COMM_ID").empty()) {
+      return invalidUsage("NCCL_COMM_ID is set, and the grown communicator would meet there instead of at "
+                          "the id from ncclCommGetUniqueId; unset it to grow");
+    }
+    if (!comm) {  // a new rank
+      LOOM_TRY(checkPtr(uniqueId, "uniqueId (a new rank joins with the id from ncclCommGetUniqueId)"));
+      if (rank < 0 || rank >= nRanks) {
+        return invalidArgument("rank " + std::to_string(rank) + ": a new rank passes its rank in the grown "
+                               "communicator, 0 .. nRanks-1 (" + std::to_string(nRanks - 1) + ")");
+      }
+      return initFromId(newcomm, nRanks, *uniqueId, rank, config);
+    }
+    LOOM_ASSIGN_OR_RETURN(CommRef parent, lookupUsable(comm));
+    if (rank != -1) {
+      return invalidArgument("rank " + std::to_string(rank) + ": a rank of comm keeps its number in the grown "
+                             "communicator and passes -1");
+    }
+    if (nRanks <= parent->nranks()) {
+      return invalidArgument("nRanks " + std::to_string(nRanks) + " does not grow a communicator of " +
+                             std::to_string(parent->nranks()) + " ranks");
+    }
+    CommOptions options = childOptions(*parent, config);
+    LOOM_TRY(parseConfig(config, &options));
+    // The buffer mode and device of comm, whatever LOOM_DEVICE says now.
+    options.device = core::modeName(parent->mode());
+    options.cudaDevice = parent->cudaDevice();
+    std::vector<uint8_t> given;
+    if (uniqueId) given.assign(uniqueId->internal, uniqueId->internal + sizeof uniqueId->internal);
+    const uint64_t ticket = parent->reserveSplit();
+    return startInit(newcomm, options,
+                     [parent = std::move(parent), ticket, nRanks, given = std::move(given)](Communicator* child) mutable {
+                       return Communicator::grow(std::move(parent), ticket, nRanks, std::move(given), child);
                      });
   });
 }

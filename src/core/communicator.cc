@@ -1175,6 +1175,116 @@ Status Communicator::split(CommRef parentRef, uint64_t ticket, int color, int ke
   return s;
 }
 
+Status Communicator::makeGrowId(uint8_t id[kUniqueIdBytes]) {
+  if (useCommIdEnv()) {
+    return invalidUsage("ncclCommGetUniqueId: NCCL_COMM_ID is set, and a grown communicator would meet there "
+                        "instead of at the new id; unset it to grow");
+  }
+  std::lock_guard<std::mutex> lock(splitMutex_);
+  if (growIdPending_) {
+    return invalidUsage("ncclCommGetUniqueId on " + describe() +
+                        ": the id it gave before has not been used by an ncclCommGrow yet");
+  }
+  LOOM_TRY(getUniqueId(id));
+  growIdPending_ = true;
+  return Status::ok();
+}
+
+Status Communicator::grow(CommRef parentRef, uint64_t ticket, int nranks, std::vector<uint8_t> given,
+                          Communicator* child) {
+  child->initTimes_.start();
+  Communicator& parent = *parentRef;
+  const int me = parent.rank();
+  uint8_t id[kUniqueIdBytes];
+  // While the ranks agree, aborting the parent aborts the child's setup.
+  parent.addDependent(child);
+  Status agreed = parent.agreeOnGrow(ticket, nranks, given, child->abortFlag(), id);
+  parent.removeDependent(child);
+  if (!agreed.isOk()) return agreed;
+  parentRef = CommRef();  // the grown communicator does not need the old one
+  return child->initFromId(id, nranks, me).addContext("ncclCommGrow");
+}
+
+Status Communicator::agreeOnGrow(uint64_t ticket, int nranks, const std::vector<uint8_t>& given,
+                                 const std::atomic<bool>* abort, uint8_t id[kUniqueIdBytes]) {
+  // What each rank tells the others.
+  struct Entry {
+    uint32_t magic;  // tells a grow's entry from a split's, should ranks call them in another order
+    uint32_t hasId;
+    uint64_t ticket;
+    int64_t nranks;
+    uint8_t id[kUniqueIdBytes];
+  };
+  constexpr uint32_t kGrowMagic = 0x776f7267;
+  const int n = nranks_;
+  const std::string what = "ncclCommGrow of " + describe() + " to " + std::to_string(nranks) + " ranks";
+  Entry mine{};
+  mine.magic = kGrowMagic;
+  mine.hasId = given.empty() ? 0 : 1;
+  mine.ticket = ticket;
+  mine.nranks = nranks;
+  if (!given.empty()) std::memcpy(mine.id, given.data(), kUniqueIdBytes);
+  std::vector<Entry> all(static_cast<size_t>(n));
+  LOOM_TRY(waitSplitTurn(ticket, abort).addContext(what));
+  {
+    struct Turn {
+      Communicator* c;
+      ~Turn() { c->finishSplitTurn(); }
+    } turn{this};
+    std::lock_guard<BiasedMutex> lock(opMutex_);
+    std::lock_guard<std::mutex> ring(ringMutex_);
+    auto check = [this]() -> Status {
+      pollNotices();
+      Status s = stickyError();
+      return s.isOk() ? s : Status(s.code(), "the communicator failed: " + s.message());
+    };
+    std::vector<std::vector<uint8_t>> blocks;
+    const std::span<const uint8_t> block(reinterpret_cast<const uint8_t*>(&mine), sizeof mine);
+    Status s = bootstrap_->allGatherV(block, sizeof(Entry), &blocks, Deadline::afterSeconds(options_.initTimeoutS),
+                                      abort, check);
+    for (int r = 0; r < n && s.isOk(); ++r) {
+      if (blocks[size_t(r)].size() == sizeof(Entry)) std::memcpy(&all[size_t(r)], blocks[size_t(r)].data(), sizeof(Entry));
+      if (blocks[size_t(r)].size() != sizeof(Entry) || all[size_t(r)].magic != kGrowMagic)
+        s = invalidUsage(describePeer(r) + " did not call ncclCommGrow here (an ncclCommSplit instead?)");
+    }
+    if (!s.isOk()) {
+      if (s.code() == Code::kRemoteError && !abort->load() && stickyError().isOk()) s = preferPeerReport(s);
+      s = s.addContext(what);
+      // A broken exchange leaves the ring unusable; a refused one does not.
+      if (s.code() != Code::kInvalidUsage && !abort->load() && !aborted()) fail(s, true);
+      return s;
+    }
+  }
+  // Every rank sees the same entries, so every rank decides alike.
+  const Entry* holder = nullptr;
+  for (int r = 0; r < n; ++r) {
+    const Entry& e = all[size_t(r)];
+    if (e.ticket != ticket) {
+      return invalidUsage(what + ": rank " + std::to_string(r) + " matched it with its split or grow #" +
+                          std::to_string(e.ticket) + " but this rank's is #" + std::to_string(ticket) +
+                          "; every rank must split and grow a communicator in the same order");
+    }
+    if (e.nranks != nranks) {
+      return invalidUsage(what + ": rank " + std::to_string(r) + " grows it to " + std::to_string(e.nranks) +
+                          " ranks; every rank must pass the same nRanks");
+    }
+    if (!e.hasId) continue;
+    if (holder && std::memcmp(holder->id, e.id, kUniqueIdBytes) != 0)
+      return invalidUsage(what + ": ranks passed different unique ids (rank " + std::to_string(r) + "'s differs)");
+    if (!holder) holder = &e;
+  }
+  if (!holder) {
+    return invalidUsage(what + ": no rank passed a unique id; one rank gets it from ncclCommGetUniqueId and "
+                        "passes it to its ncclCommGrow (the others may pass NULL)");
+  }
+  {
+    std::lock_guard<std::mutex> lock(splitMutex_);
+    growIdPending_ = false;  // used, wherever it came from
+  }
+  std::memcpy(id, holder->id, kUniqueIdBytes);
+  return Status::ok();
+}
+
 Status Communicator::joinAsChild(Communicator& parent, Communicator* child, const Bootstrap::Identity& ident,
                                  std::vector<wire::RankInfo> table, Deadline deadline) {
   child->rank_ = ident.rank;

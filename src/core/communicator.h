@@ -161,6 +161,17 @@ class Communicator {
   // (ranks excluded earlier did not count those).
   uint64_t reserveShrink(const std::vector<int>& excluded);
   static Status shrink(CommRef parent, uint64_t ticket, std::vector<int> excluded, Communicator* child);
+  // ncclCommGetUniqueId: a fresh unique id for a grow of this communicator
+  // (its rendezvous runs in this process). Refused while an earlier one
+  // has not been used by a grow.
+  Status makeGrowId(uint8_t id[kUniqueIdBytes]);
+  // ncclCommGrow on a rank of this communicator: in its place among the
+  // splits (`ticket` from reserveSplit), the ranks agree over the ring on
+  // the new size and the unique id (`given`: what this rank passed, empty
+  // for none; at least one rank passes it); then `child` joins the grown
+  // communicator of `nranks` through that id, keeping this rank's number.
+  // New ranks call initFromId with the id and their rank.
+  static Status grow(CommRef parent, uint64_t ticket, int nranks, std::vector<uint8_t> given, Communicator* child);
   // ncclCommRevoke: ends outstanding and future operations with an error
   // (the sticky error) and stops running ones as an abort does, but keeps
   // the communicator (its listener, its table) so it can be shrunk.
@@ -338,6 +349,9 @@ class Communicator {
   // Into LOOM_FLIGHT_RECORDER_DIR, when it is set.
   void dumpFlightRecorder(const std::string& reason);
   void setState(State s);
+  // grow()'s exchange over this communicator's ring: the id to join with.
+  Status agreeOnGrow(uint64_t ticket, int nranks, const std::vector<uint8_t>& given, const std::atomic<bool>* abort,
+                     uint8_t id[kUniqueIdBytes]);
   // Splits: waits until `ticket` is the next one to run.
   Status waitSplitTurn(uint64_t ticket, const std::atomic<bool>* abort);
   void finishSplitTurn();
@@ -423,6 +437,7 @@ class Communicator {
   std::atomic<uint64_t> splitsDone_{0};      // splits whose exchange over this one ended
   std::map<std::vector<int>, uint64_t> shrinksReserved_;  // under splitMutex_
   std::set<uint64_t> abandonedSplits_;  // gave up waiting for their turn
+  bool growIdPending_ = false;  // under splitMutex_: makeGrowId's id not used by a grow yet
   std::mutex listenMutex_;  // guards the bootstrap listener state
   std::atomic<int64_t> lastNoticePollUs_{-kNoticePollIntervalUs};  // pollNoticesThrottled()
   std::map<int, std::unique_ptr<PeerLink>> links_;  // connections being set up

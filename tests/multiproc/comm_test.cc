@@ -418,6 +418,86 @@ TEST(CommFeatures, CollectiveCheckEndsAtTheTimeoutWhenARankNeverCalls) {
   destroyAll(comms);
 }
 
+// ncclCommGrow: a communicator of 2 ranks grows to 4. Rank 1 gets the id
+// (only one may be outstanding), the new ranks join with it and their
+// numbers, the old ranks keep theirs; both communicators work after.
+TEST(CommFeatures, GrowAddsRanksAndTheOldRanksKeepTheirNumbers) {
+  ScopedEnv env({"LOOM_TIMEOUT_S=30", "LOOM_INIT_TIMEOUT_S=30"});  // a broken grow fails, never hangs
+  auto comms = initAll(2);
+  ncclUniqueId id, another;
+  ASSERT_EQ(ncclCommGetUniqueId(comms[1], &id), ncclSuccess) << ncclGetLastError(comms[1]);
+  EXPECT_EQ(ncclCommGetUniqueId(comms[1], &another), ncclInvalidUsage);
+  std::vector<ncclComm_t> grown(4, nullptr);
+  onRanks(4, [&](int r) {
+    const ncclResult_t res = r < 2 ? ncclCommGrow(comms[size_t(r)], 4, r == 1 ? &id : nullptr, -1, &grown[size_t(r)],
+                                                  nullptr)
+                                   : ncclCommGrow(nullptr, 4, &id, r, &grown[size_t(r)], nullptr);
+    EXPECT_EQ(res, ncclSuccess) << "rank " << r << ": " << ncclGetLastError(nullptr);
+  });
+  for (int r = 0; r < 4; ++r) {
+    ASSERT_NE(grown[size_t(r)], nullptr) << "rank " << r;
+    int rank = -1, count = 0;
+    ASSERT_EQ(ncclCommUserRank(grown[size_t(r)], &rank), ncclSuccess);
+    ASSERT_EQ(ncclCommCount(grown[size_t(r)], &count), ncclSuccess);
+    EXPECT_EQ(rank, r);
+    EXPECT_EQ(count, 4);
+  }
+  allReduceAndCheck(grown, 4099);
+  allReduceAndCheck(comms, 100);
+  destroyAll(grown);
+  // The id was used: the communicator may give another.
+  EXPECT_EQ(ncclCommGetUniqueId(comms[1], &another), ncclSuccess) << ncclGetLastError(comms[1]);
+
+  ncclComm_t none = nullptr;
+  EXPECT_EQ(ncclCommGrow(comms[0], 2, nullptr, -1, &none, nullptr), ncclInvalidArgument);  // no larger
+  EXPECT_EQ(ncclCommGrow(comms[0], 3, nullptr, 0, &none, nullptr), ncclInvalidArgument);   // keeps its rank: -1
+  EXPECT_EQ(ncclCommGrow(nullptr, 3, nullptr, 2, &none, nullptr), ncclInvalidArgument);    // a new rank needs the id
+  EXPECT_EQ(ncclCommGrow(nullptr, 3, &id, 3, &none, nullptr), ncclInvalidArgument);        // beyond nRanks
+  EXPECT_EQ(ncclCommGrow(comms[0], 3, nullptr, -1, nullptr, nullptr), ncclInvalidArgument);
+  EXPECT_EQ(none, nullptr);
+  // Every rank of comm refuses alike when none passes the id, or their sizes differ.
+  onRanks(2, [&](int r) {
+    ncclComm_t out = nullptr;
+    EXPECT_EQ(ncclCommGrow(comms[size_t(r)], 3, nullptr, -1, &out, nullptr), ncclInvalidUsage);
+    EXPECT_NE(std::strstr(ncclGetLastError(nullptr), "no rank passed a unique id"), nullptr)
+        << ncclGetLastError(nullptr);
+    EXPECT_EQ(ncclCommGrow(comms[size_t(r)], 3 + r, &another, -1, &out, nullptr), ncclInvalidUsage);
+    EXPECT_NE(std::strstr(ncclGetLastError(nullptr), "every rank must pass the same nRanks"), nullptr)
+        << ncclGetLastError(nullptr);
+    EXPECT_EQ(out, nullptr);
+  });
+  allReduceAndCheck(comms, 100);
+  destroyAll(comms);
+}
+
+// Elastic recovery: shrink away a rank, then grow the shrunk communicator
+// back to size with a newcomer in the last place.
+TEST(CommFeatures, ShrinkThenGrowRestoresTheSize) {
+  ScopedEnv env({"LOOM_TIMEOUT_S=30", "LOOM_INIT_TIMEOUT_S=30"});
+  auto comms = initAll(3);
+  std::vector<ncclComm_t> shrunk(2, nullptr), grown(3, nullptr);
+  onRanks(2, [&](int r) {
+    int excluded = 1;
+    EXPECT_EQ(ncclCommShrink(comms[size_t(r == 0 ? 0 : 2)], &excluded, 1, &shrunk[size_t(r)], nullptr,
+                             NCCL_SHRINK_DEFAULT),
+              ncclSuccess)
+        << ncclGetLastError(nullptr);
+  });
+  allReduceAndCheck(shrunk, 100);
+  ncclUniqueId id;
+  ASSERT_EQ(ncclCommGetUniqueId(shrunk[0], &id), ncclSuccess) << ncclGetLastError(shrunk[0]);
+  onRanks(3, [&](int r) {
+    const ncclResult_t res = r < 2 ? ncclCommGrow(shrunk[size_t(r)], 3, r == 0 ? &id : nullptr, -1,
+                                                  &grown[size_t(r)], nullptr)
+                                   : ncclCommGrow(nullptr, 3, &id, 2, &grown[size_t(r)], nullptr);
+    EXPECT_EQ(res, ncclSuccess) << "rank " << r << ": " << ncclGetLastError(nullptr);
+  });
+  allReduceAndCheck(grown, 4099);
+  destroyAll(grown);
+  destroyAll(shrunk);
+  destroyAll(comms);
+}
+
 TEST(CommFeatures, NonBlockingInitReportsInProgressUntilThePeerJoins) {
   ncclUniqueId id;
   ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);

@@ -52,6 +52,11 @@ LOOM_REF(ncclResult_t, ncclCommAbort, (ncclComm_t))
 LOOM_REF(ncclResult_t, ncclCommRevoke, (ncclComm_t, int))
 LOOM_REF(ncclResult_t, ncclCommSplit, (ncclComm_t, int, int, ncclComm_t*, ncclConfig_t*))
 LOOM_REF(ncclResult_t, ncclCommShrink, (ncclComm_t, int*, int, ncclComm_t*, ncclConfig_t*, int))
+/* NCCL 2.30's, which older NVIDIA headers do not declare. */
+#if defined(LOOM_NCCL_HAVE_CUDA_HEADERS) || NCCL_VERSION_CODE >= 23000
+LOOM_REF(ncclResult_t, ncclCommGetUniqueId, (ncclComm_t, ncclUniqueId*))
+LOOM_REF(ncclResult_t, ncclCommGrow, (ncclComm_t, int, const ncclUniqueId*, int, ncclComm_t*, ncclConfig_t*))
+#endif
 LOOM_REF(ncclResult_t, ncclCommInitRankScalable,
          (ncclComm_t*, int, int, int, ncclUniqueId*, ncclConfig_t*))
 LOOM_REF(const char*, ncclGetErrorString, (ncclResult_t))
