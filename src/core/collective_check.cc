@@ -153,7 +153,7 @@ Status compareCheckBlocks(const std::vector<std::vector<uint8_t>>& blocks, const
   return invalidUsage(text + kRule);
 }
 
-Status checkCollective(Communicator* comm, const OpDesc& op) {
+Status checkCollective(Communicator* comm, const OpDesc& op, bool timed) {
   std::lock_guard<std::mutex> lock(comm->ringMutex());
   const int n = comm->nranks(), me = comm->rank();
   const uint64_t index = comm->checkedCollectives();
@@ -163,8 +163,8 @@ Status checkCollective(Communicator* comm, const OpDesc& op) {
   const std::string what = std::string("the collective check (LOOM_CHECK_COLLECTIVES) of ") + opKindName(op.kind) +
                            " #" + std::to_string(index + 1) + " on " + comm->describe();
   const double timeout = comm->timeoutS();
-  const Deadline deadline = timeout > 0 ? Deadline::afterSeconds(timeout) : Deadline::never();
-  const double warnEvery = comm->options().stallWarnS;
+  const Deadline deadline = timed && timeout > 0 ? Deadline::afterSeconds(timeout) : Deadline::never();
+  const double warnEvery = timed ? comm->options().stallWarnS : 0;
   const Clock::time_point start = Clock::now();
   double nextWarn = warnEvery;
   // A rank that failed (or died: its neighbours tell everyone) ends the
@@ -205,15 +205,15 @@ Status checkCollective(Communicator* comm, const OpDesc& op) {
   return Status::ok();
 }
 
-CollectiveChecker::CollectiveChecker(Communicator* comm, std::span<const OpDesc> ops) : comm_(comm) {
+CollectiveChecker::CollectiveChecker(Communicator* comm, std::span<const OpDesc> ops, bool timed) : comm_(comm) {
   for (const OpDesc& op : ops)
     if (isChecked(op.kind)) ops_.push_back(op);
   try {
-    thread_ = std::thread([this] {
+    thread_ = std::thread([this, timed] {
       log::ScopedRank rank(comm_->rank());
       Status s;
       for (const OpDesc& op : ops_) {
-        s = checkCollective(comm_, op);
+        s = checkCollective(comm_, op, timed);
         if (!s.isOk()) break;
         passed_.fetch_add(1, std::memory_order_release);
       }
@@ -262,7 +262,7 @@ Status checkGroupCollectives(std::vector<PendingOp>* ops) {
   } else if (!comms.empty()) {
     std::vector<std::unique_ptr<CollectiveChecker>> checkers;
     for (size_t i = 0; i < comms.size(); ++i)
-      checkers.push_back(std::make_unique<CollectiveChecker>(comms[i], theirs[i]));
+      checkers.push_back(std::make_unique<CollectiveChecker>(comms[i], theirs[i], true));
     for (size_t i = 0; i < comms.size(); ++i) {
       checkers[i]->wait();
       passed[i] = checkers[i]->passed();

@@ -46,8 +46,10 @@ std::vector<uint8_t> encodeCheckBlock(uint64_t index, const OpDesc& op);
 Status compareCheckBlocks(const std::vector<std::vector<uint8_t>>& blocks, const std::string& where);
 
 // The exchange for one collective of `comm` (blocking; bounded by its
-// timeout and abort). A broken exchange fails the communicator.
-Status checkCollective(Communicator* comm, const OpDesc& op);
+// abort, and by its timeout unless `timed` is false: the engine then times
+// the wait itself, from when its task needs the check). A broken exchange
+// fails the communicator.
+Status checkCollective(Communicator* comm, const OpDesc& op, bool timed = true);
 
 // The checks of one call's collectives on `comm`, in order, on a thread of
 // its own, ahead of the operations: the engine starts each collective once
@@ -55,7 +57,8 @@ Status checkCollective(Communicator* comm, const OpDesc& op);
 // communicator goes on as soon as its own checks pass.
 class CollectiveChecker {
  public:
-  CollectiveChecker(Communicator* comm, std::span<const OpDesc> ops);
+  // `timed`: see checkCollective (false while an engine waits on passed()).
+  CollectiveChecker(Communicator* comm, std::span<const OpDesc> ops, bool timed);
   ~CollectiveChecker();  // wait()s
   CollectiveChecker(const CollectiveChecker&) = delete;
   CollectiveChecker& operator=(const CollectiveChecker&) = delete;

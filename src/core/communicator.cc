@@ -1225,6 +1225,14 @@ Status Communicator::agreeOnGrow(uint64_t ticket, int nranks, const std::vector<
   mine.nranks = nranks;
   if (!given.empty()) std::memcpy(mine.id, given.data(), kUniqueIdBytes);
   std::vector<Entry> all(static_cast<size_t>(n));
+  // Whatever comes of it, this grow used up the id (another may be made).
+  struct Used {
+    Communicator* c;
+    ~Used() {
+      std::lock_guard<std::mutex> lock(c->splitMutex_);
+      c->growIdPending_ = false;
+    }
+  } used{this};
   LOOM_TRY(waitSplitTurn(ticket, abort).addContext(what));
   {
     struct Turn {
@@ -1240,8 +1248,10 @@ Status Communicator::agreeOnGrow(uint64_t ticket, int nranks, const std::vector<
     };
     std::vector<std::vector<uint8_t>> blocks;
     const std::span<const uint8_t> block(reinterpret_cast<const uint8_t*>(&mine), sizeof mine);
-    Status s = bootstrap_->allGatherV(block, sizeof(Entry), &blocks, Deadline::afterSeconds(options_.initTimeoutS),
-                                      abort, check);
+    // Room for a split's entry too, so that a rank that split here instead
+    // is told so rather than breaking the ring.
+    Status s = bootstrap_->allGatherV(block, sizeof(Entry) + 16 + wire::kMaxRankInfoBytes, &blocks,
+                                      Deadline::afterSeconds(options_.initTimeoutS), abort, check);
     for (int r = 0; r < n && s.isOk(); ++r) {
       if (blocks[size_t(r)].size() == sizeof(Entry)) std::memcpy(&all[size_t(r)], blocks[size_t(r)].data(), sizeof(Entry));
       if (blocks[size_t(r)].size() != sizeof(Entry) || all[size_t(r)].magic != kGrowMagic)
@@ -1276,10 +1286,6 @@ Status Communicator::agreeOnGrow(uint64_t ticket, int nranks, const std::vector<
   if (!holder) {
     return invalidUsage(what + ": no rank passed a unique id; one rank gets it from ncclCommGetUniqueId and "
                         "passes it to its ncclCommGrow (the others may pass NULL)");
-  }
-  {
-    std::lock_guard<std::mutex> lock(splitMutex_);
-    growIdPending_ = false;  // used, wherever it came from
   }
   std::memcpy(id, holder->id, kUniqueIdBytes);
   return Status::ok();

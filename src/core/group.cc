@@ -337,6 +337,9 @@ class Engine {
   }
 
   std::string waitingList(const CommRun& cr) const {
+    if (cr.waitsForCheck()) {
+      return "the ranks' collective check (LOOM_CHECK_COLLECTIVES): some rank has not reached this collective";
+    }
     std::vector<int> peers;
     if (!cr.done() && cr.tasks[cr.current].board) {
       if (cr.comm->latencyPath()->waitingFor() >= 0) peers.push_back(cr.comm->latencyPath()->waitingFor());
@@ -621,7 +624,10 @@ Status runPlannedOps(std::vector<PendingOp> ops, const DeviceContext* device) {
       if (!isPointToPoint(op.kind)) needs.push_back(seen);
     }
     for (size_t t = 0; t < runs[i].tasks.size(); ++t) runs[i].tasks[t].checksNeeded = t < needs.size() ? needs[t] : seen;
-    checkers.push_back(std::make_unique<CollectiveChecker>(runs[i].comm, theirs[i]));
+    // Untimed: a check that runs ahead may wait while this rank's engine
+    // runs earlier collectives; the engine's own no-progress timeout ends a
+    // wait for a rank that never comes.
+    checkers.push_back(std::make_unique<CollectiveChecker>(runs[i].comm, theirs[i], false));
     runs[i].checker = checkers.back().get();
   }
   log::ScopedRank logRank(comms.size() == 1 ? comms[0]->rank() : -1);
@@ -692,8 +698,9 @@ Status groupEnd() {
   // whose ranks disagree, say): peers that grouped these communicators
   // apart wait for it.
   Status queued = device.empty() ? Status::ok() : submitToDevices(std::move(device));
-  if (!host.empty()) LOOM_TRY(runOps(std::move(host)));
+  Status ran = host.empty() ? Status::ok() : runOps(std::move(host));
   LOOM_TRY(queued);
+  LOOM_TRY(ran);
   return inProgress ? Status(Code::kInProgress, "non-blocking init in progress") : Status::ok();
 }
 

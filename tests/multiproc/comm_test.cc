@@ -416,6 +416,17 @@ TEST(CommFeatures, CollectiveCheckEndsAtTheTimeoutWhenARankNeverCalls) {
   EXPECT_NE(error.find("the collective check (LOOM_CHECK_COLLECTIVES) of AllReduce #1"), std::string::npos)
       << error;
   destroyAll(comms);
+  // In a group the engine times the wait (its check runs ahead, untimed).
+  comms = initAll(2);
+  const auto again = std::chrono::steady_clock::now();
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  ASSERT_EQ(ncclAllReduce(&x, &x, 1, ncclFloat32, ncclSum, comms[0], nullptr), ncclSuccess);
+  EXPECT_NE(ncclGroupEnd(), ncclSuccess);
+  EXPECT_LT(secondsSince(again), kEndsWithinS);
+  const std::string grouped = ncclGetLastError(nullptr);
+  EXPECT_NE(grouped.find("waiting for the ranks' collective check (LOOM_CHECK_COLLECTIVES)"), std::string::npos)
+      << grouped;
+  destroyAll(comms);
 }
 
 // ncclCommGrow: a communicator of 2 ranks grows to 4. Rank 1 gets the id
@@ -466,6 +477,8 @@ TEST(CommFeatures, GrowAddsRanksAndTheOldRanksKeepTheirNumbers) {
         << ncclGetLastError(nullptr);
     EXPECT_EQ(out, nullptr);
   });
+  // A refused grow used up the id too.
+  EXPECT_EQ(ncclCommGetUniqueId(comms[1], &another), ncclSuccess) << ncclGetLastError(comms[1]);
   allReduceAndCheck(comms, 100);
   destroyAll(comms);
 }
