@@ -23,8 +23,9 @@ typedef enum {
 
 /* The mode of the communicators the calling thread creates from now on
  * (ncclCommInitRank, ncclCommInitRankConfig, ncclCommInitRankScalable,
- * ncclCommInitAll); loomBufferModeDefault goes back to LOOM_DEVICE. Splits
- * keep their parent's mode. One process may hold host and cuda
+ * ncclCommInitAll, a new rank's ncclCommGrow); loomBufferModeDefault goes
+ * back to LOOM_DEVICE. Splits, shrinks and the old ranks' grows keep their
+ * parent's mode. One process may hold host and cuda
  * communicators side by side (a CPU backend beside a GPU one). Cuda where no
  * device answers fails the init that asks for it. */
 ncclResult_t loomSetBufferMode(loomBufferMode_t mode);

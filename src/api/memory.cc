@@ -39,7 +39,8 @@ loom::Result<uint64_t> registerBuffer(ncclComm_t comm, void* buff, size_t size, 
   if (size == 0) return loom::invalidArgument("size is 0");
   Status state = pinned->asyncError();
   if (state.code() == loom::Code::kInProgress) {
-    return loom::invalidArgument(pinned->describe() + " is still initializing (a non-blocking init, or one in a "
+    // Not describe(): the init is still setting the rank it prints.
+    return loom::invalidArgument("the communicator is still initializing (a non-blocking init, or one in a "
                                  "group not ended yet): register buffers once ncclGroupEnd has returned and "
                                  "ncclCommGetAsyncError reports ncclSuccess");
   }

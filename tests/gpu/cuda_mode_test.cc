@@ -743,6 +743,57 @@ TEST_F(CudaMode, CollectiveCheckQueuesNothingOnAMismatch) {
   for (ncclComm_t c : host) EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
 }
 
+// ncclCommGrow in cuda mode: the old ranks' grown communicators keep their
+// mode and devices; the new rank's comes from its own thread's mode; an
+// AllReduce on device buffers runs on all three.
+TEST_F(CudaMode, GrowKeepsTheModeAndDevice) {
+  makeRanks(2);
+  ncclUniqueId id;
+  ASSERT_EQ(ncclCommGetUniqueId(comms_[0], &id), ncclSuccess) << ncclGetLastError(comms_[0]);
+  std::vector<ncclComm_t> grown(3, nullptr);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 3; ++r) {
+    threads.emplace_back([&, r] {
+      if (r < 2) {
+        EXPECT_EQ(ncclCommGrow(comms_[size_t(r)], 3, r == 0 ? &id : nullptr, -1, &grown[size_t(r)], nullptr),
+                  ncclSuccess)
+            << ncclGetLastError(nullptr);
+      } else {
+        ASSERT_EQ(loomSetBufferMode(loomBufferModeCuda), ncclSuccess);
+        ASSERT_TRUE(emu().setDevice(1).isOk());
+        EXPECT_EQ(ncclCommGrow(nullptr, 3, &id, 2, &grown[2], nullptr), ncclSuccess) << ncclGetLastError(nullptr);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  streams_.push_back(emu().createStream().value());
+  constexpr size_t kCount = 1000;
+  std::vector<std::unique_ptr<DeviceBuffer>> bufs;
+  for (int r = 0; r < 3; ++r) {
+    ASSERT_NE(grown[size_t(r)], nullptr);
+    loomBufferMode_t mode = loomBufferModeDefault;
+    ASSERT_EQ(loomCommGetBufferMode(grown[size_t(r)], &mode), ncclSuccess);
+    EXPECT_EQ(mode, loomBufferModeCuda) << "rank " << r;
+    int device = -1;
+    ASSERT_EQ(ncclCommCuDevice(grown[size_t(r)], &device), ncclSuccess);
+    EXPECT_EQ(device, r < 2 ? r % 2 : 1) << "rank " << r;
+    bufs.push_back(std::make_unique<DeviceBuffer>(kCount * sizeof(float)));
+    std::fill_n(bufs.back()->host<float>(), kCount, float(r + 1));
+  }
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  for (int r = 0; r < 3; ++r) {
+    ASSERT_EQ(ncclAllReduce(bufs[size_t(r)]->ptr, bufs[size_t(r)]->ptr, kCount, ncclFloat, ncclSum, grown[size_t(r)],
+                            asCuda(streams_[size_t(r)])),
+              ncclSuccess);
+  }
+  ASSERT_EQ(ncclGroupEnd(), ncclSuccess) << ncclGetLastError(nullptr);
+  for (int r = 0; r < 3; ++r) {
+    ASSERT_TRUE(drains(streams_[size_t(r)]));
+    EXPECT_EQ(bufs[size_t(r)]->host<float>()[kCount - 1], 6.0f) << "rank " << r;
+  }
+  for (ncclComm_t c : grown) EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
+}
+
 // A rank whose peer never calls: ncclCommAbort releases its stream, with
 // the operation's work abandoned.
 TEST_F(CudaMode, AbortReleasesTheStream) {
