@@ -498,7 +498,8 @@ Status submitToDevices(std::vector<PendingOp> ops) {
   // is held, and a communicator's init may wait for another's queue to
   // drain (a shrink of it).
   for (Communicator* c : commsOf(ops)) LOOM_TRY(waitTurn(c));
-  // As runOps: a communicator whose ranks disagree queues nothing.
+  // LOOM_CHECK_COLLECTIVES: a communicator whose ranks disagree queues only
+  // the collectives they agreed on.
   Status mismatch = checkGroupCollectives(&ops);
   if (ops.empty()) return mismatch;
   const std::vector<Communicator*> comms = commsOf(ops);
