@@ -624,6 +624,7 @@ Status runPlannedOps(std::vector<PendingOp> ops, const DeviceContext* device) {
       seen += isChecked(op.kind) ? 1 : 0;
       if (!isPointToPoint(op.kind)) needs.push_back(seen);
     }
+    if (seen == 0) continue;  // point-to-point calls only: nothing to compare
     for (size_t t = 0; t < runs[i].tasks.size(); ++t) runs[i].tasks[t].checksNeeded = t < needs.size() ? needs[t] : seen;
     // Untimed: a check that runs ahead may wait while this rank's engine
     // runs earlier collectives; the engine's own no-progress timeout ends a
