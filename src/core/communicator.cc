@@ -1248,8 +1248,8 @@ Status Communicator::agreeOnGrow(uint64_t ticket, int nranks, const std::vector<
     };
     std::vector<std::vector<uint8_t>> blocks;
     const std::span<const uint8_t> block(reinterpret_cast<const uint8_t*>(&mine), sizeof mine);
-    // Room for a split's entry too, so that a rank that split here instead
-    // is told so rather than breaking the ring.
+    // Room for a split's entry too (16 bytes and a rank info), so that a
+    // rank that split here instead is told so rather than breaking the ring.
     Status s = bootstrap_->allGatherV(block, sizeof(Entry) + 16 + wire::kMaxRankInfoBytes, &blocks,
                                       Deadline::afterSeconds(options_.initTimeoutS), abort, check);
     for (int r = 0; r < n && s.isOk(); ++r) {
