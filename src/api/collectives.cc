@@ -25,9 +25,7 @@ Status prepare(OpKind kind, const void* sendbuff, void* recvbuff, size_t count, 
     return invalidArgument("count " + std::to_string(count) + " overflows the buffer size for " +
                            std::to_string(n) + " ranks");
   }
-  const bool rooted = kind == OpKind::kBroadcast || kind == OpKind::kReduce || kind == OpKind::kGather ||
-                      kind == OpKind::kScatter;
-  if (rooted) LOOM_TRY(checkRank(root, n, "root"));
+  if (core::isRooted(kind)) LOOM_TRY(checkRank(root, n, "root"));
   if (kind == OpKind::kSend || kind == OpKind::kRecv) LOOM_TRY(checkRank(root, n, "peer"));
   if (count > 0) {
     const int me = c->rank();

@@ -5,7 +5,6 @@
 
 #include "api/api.h"
 #include "common/log.h"
-#include "common/settings.h"
 #include "core/group.h"
 #include "core/mode.h"
 #include "device/device.h"
@@ -366,7 +365,7 @@ NCCL_API(ncclResult_t, ncclCommGrow, ncclComm_t comm, int nRanks, const ncclUniq
     LOOM_TRY(checkPtr(newcomm, "newcomm"));
     *newcomm = nullptr;
     if (nRanks < 1) return invalidArgument("nRanks " + std::to_string(nRanks) + " must be at least 1");
-    if (!settings::current()->getString("NCCL_COMM_ID").empty()) {
+    if (core::useCommIdEnv()) {
       return invalidUsage("NCCL_COMM_ID is set, and the grown communicator would meet there instead of at "
                           "the id from ncclCommGetUniqueId; unset it to grow");
     }

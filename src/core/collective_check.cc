@@ -24,17 +24,12 @@ struct Call {
   bool operator==(const Call&) const = default;
 };
 
-bool rooted(OpKind kind) {
-  return kind == OpKind::kBroadcast || kind == OpKind::kReduce || kind == OpKind::kGather ||
-         kind == OpKind::kScatter;
-}
-
 Call callOf(const OpDesc& op) {
   Call c;
   c.kind = uint8_t(op.kind);
   c.type = uint8_t(op.type);
   c.op = isReducing(op.kind) ? uint8_t(op.reduction.op) : 0;
-  c.root = rooted(op.kind) ? op.root : -1;
+  c.root = isRooted(op.kind) ? op.root : -1;
   c.count = op.count;
   return c;
 }
@@ -111,6 +106,18 @@ auto groupRanks(int n, KeyOf keyOf) {
     else it->second.push_back(r);
   }
   return out;
+}
+
+// Checks `ops`' collectives in order until one fails; onPass() after each
+// the ranks agreed on.
+template <typename OnPass>
+Status checkInOrder(Communicator* comm, std::span<const OpDesc> ops, bool timed, OnPass onPass) {
+  for (const OpDesc& op : ops) {
+    if (!isChecked(op.kind)) continue;
+    LOOM_TRY(checkCollective(comm, op, timed));
+    onPass();
+  }
+  return Status::ok();
 }
 
 constexpr const char* kRule =
@@ -205,19 +212,12 @@ Status checkCollective(Communicator* comm, const OpDesc& op, bool timed) {
   return Status::ok();
 }
 
-CollectiveChecker::CollectiveChecker(Communicator* comm, std::span<const OpDesc> ops, bool timed) : comm_(comm) {
-  for (const OpDesc& op : ops)
-    if (isChecked(op.kind)) ops_.push_back(op);
+CollectiveChecker::CollectiveChecker(Communicator* comm, std::span<const OpDesc> ops, bool timed)
+    : comm_(comm), ops_(ops.begin(), ops.end()) {
   try {
     thread_ = std::thread([this, timed] {
       log::ScopedRank rank(comm_->rank());
-      Status s;
-      for (const OpDesc& op : ops_) {
-        s = checkCollective(comm_, op, timed);
-        if (!s.isOk()) break;
-        passed_.fetch_add(1, std::memory_order_release);
-      }
-      result_ = s;
+      result_ = checkInOrder(comm_, ops_, timed, [this] { passed_.fetch_add(1, std::memory_order_release); });
       finished_.store(true, std::memory_order_release);
     });
   } catch (const std::system_error& e) {
@@ -253,12 +253,7 @@ Status checkGroupCollectives(std::vector<PendingOp>* ops) {
   std::vector<size_t> passed(comms.size());
   std::vector<Status> results(comms.size());
   if (comms.size() == 1) {
-    for (const OpDesc& op : theirs[0]) {
-      if (!isChecked(op.kind)) continue;
-      results[0] = checkCollective(comms[0], op);
-      if (!results[0].isOk()) break;
-      ++passed[0];
-    }
+    results[0] = checkInOrder(comms[0], theirs[0], true, [&] { ++passed[0]; });
   } else if (!comms.empty()) {
     std::vector<std::unique_ptr<CollectiveChecker>> checkers;
     for (size_t i = 0; i < comms.size(); ++i)

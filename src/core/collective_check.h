@@ -63,7 +63,6 @@ class CollectiveChecker {
   CollectiveChecker(const CollectiveChecker&) = delete;
   CollectiveChecker& operator=(const CollectiveChecker&) = delete;
 
-  Communicator* comm() const { return comm_; }
   size_t passed() const { return passed_.load(std::memory_order_acquire); }
   bool finished() const { return finished_.load(std::memory_order_acquire); }
   // Once finished(): ok, or why the checks stopped at passed().

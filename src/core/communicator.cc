@@ -51,9 +51,9 @@ Result<net::SocketAddress> commIdAddress() {
   return addr;
 }
 
-bool useCommIdEnv() { return !settings::current()->getString("NCCL_COMM_ID").empty(); }
-
 }  // namespace
+
+bool useCommIdEnv() { return !settings::current()->getString("NCCL_COMM_ID").empty(); }
 
 namespace {
 // See spinRounds(): an idle round costs ~0.1 us over shared memory (a look at

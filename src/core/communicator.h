@@ -108,6 +108,10 @@ Status runInitJob(const std::function<Status()>& job);
 // Reads a unique id made by getUniqueId (bytes from the user: checked).
 Status decodeUniqueId(const uint8_t id[kUniqueIdBytes], net::SocketAddress* root, uint64_t secret[2]);
 
+// Whether NCCL_COMM_ID is set: ranks then meet at that address, whatever
+// the unique id says.
+bool useCommIdEnv();
+
 // Fills a new unique id and starts its rendezvous root (or, with
 // NCCL_COMM_ID, describes that address; rank 0 starts the root at init).
 Status getUniqueId(uint8_t id[kUniqueIdBytes]);

@@ -60,6 +60,11 @@ struct OpDesc {
 inline bool isReducing(OpKind kind) {
   return kind == OpKind::kAllReduce || kind == OpKind::kReduceScatter || kind == OpKind::kReduce;
 }
+// Kinds with a root (OpDesc::root is one).
+inline bool isRooted(OpKind kind) {
+  return kind == OpKind::kBroadcast || kind == OpKind::kReduce || kind == OpKind::kGather ||
+         kind == OpKind::kScatter;
+}
 // Kinds a group merges into one point-to-point plan.
 inline bool isPointToPoint(OpKind kind) {
   return kind == OpKind::kSend || kind == OpKind::kRecv || kind == OpKind::kAllToAll || kind == OpKind::kGather ||
