@@ -48,11 +48,20 @@ ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+\S+\s+\S+\s+-?\d+\s+(\S+)\s+(\S+)\s+(\S+)
 MPI_ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s*$")
 
 
+def mpi_usable():
+    # mpicc can be present without the headers (openmpi-bin without libopenmpi-dev).
+    if not (shutil.which("mpicc") and shutil.which("mpirun")):
+        return False
+    probe = subprocess.run(["mpicc", "-E", "-x", "c", "-"], input="#include <mpi.h>\n", text=True,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return probe.returncode == 0
+
+
 def ensure_mpi():
-    if shutil.which("mpicc") and shutil.which("mpirun"):
+    if mpi_usable():
         return
     if os.geteuid() != 0:
-        sys.exit("compare_openmpi: mpicc/mpirun missing; install openmpi-bin and libopenmpi-dev")
+        sys.exit("compare_openmpi: mpicc, mpirun or mpi.h missing; install openmpi-bin and libopenmpi-dev")
     subprocess.run(["apt-get", "update", "-qq"], check=True)
     subprocess.run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", "openmpi-bin",
                     "libopenmpi-dev"], check=True, env=dict(os.environ, DEBIAN_FRONTEND="noninteractive"))
