@@ -2,6 +2,9 @@
 
 #include <strings.h>
 
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
 #include <string>
 
 #include "common/log.h"
@@ -52,6 +55,26 @@ CpuIsa detect() {
 CpuIsa detect() { return CpuIsa::kScalar; }
 #endif
 
+// The largest cache sysfs lists for CPU 0 (its last level, which the
+// host's other cores share on the machines loom runs on); 0 when none is
+// listed (containers may hide sysfs).
+size_t lastLevelCacheBytes() {
+  size_t best = 0;
+  for (int i = 0; i < 8; ++i) {
+    const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(i) + "/";
+    std::ifstream type(dir + "type"), size(dir + "size");
+    std::string kind, text;
+    if (!(type >> kind) || !(size >> text)) continue;
+    if (kind == "Instruction") continue;
+    char* end = nullptr;
+    size_t bytes = std::strtoull(text.c_str(), &end, 10);
+    if (end && (*end == 'K' || *end == 'k')) bytes <<= 10;
+    else if (end && *end == 'M') bytes <<= 20;
+    best = std::max(best, bytes);
+  }
+  return best;
+}
+
 CpuKernelConfig resolveDefaultConfig() {
   CpuKernelConfig config;
   const auto settings = settings::current();
@@ -73,8 +96,11 @@ CpuKernelConfig resolveDefaultConfig() {
   config.streamingMinBytes = streaming <= 0 ? SIZE_MAX : size_t(streaming);
   const int64_t handoff = settings->getInt("LOOM_CPU_HANDOFF_STREAMING_BYTES");
   config.handoffStreamingMinBytes = handoff <= 0 ? SIZE_MAX : size_t(handoff);
-  LOOM_INFO(log::kInit, "host kernels: %s (CPU runs up to %s), streaming stores from %lld bytes",
-            cpuIsaName(config.isa), cpuIsaName(detectedCpuIsa()), static_cast<long long>(streaming));
+  const int64_t cache = settings->getInt("LOOM_CPU_CACHE_BYTES");
+  config.cacheBytes = cache < 0 ? lastLevelCacheBytes() : size_t(cache);
+  LOOM_INFO(log::kInit, "host kernels: %s (CPU runs up to %s), streaming stores from %lld bytes, shared cache %zu bytes",
+            cpuIsaName(config.isa), cpuIsaName(detectedCpuIsa()), static_cast<long long>(streaming),
+            config.cacheBytes);
   return config;
 }
 

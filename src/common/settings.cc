@@ -240,6 +240,11 @@ constexpr Spec kTable[] = {
      "non-temporal (cache-bypassing) stores, and so does a host operation that writes at least "
      "this many bytes of the user's buffers, for every result it does not send on; 0 = never. "
      "Pays off only for data larger than the caches. fp8 reductions never stream."},
+    {"LOOM_CPU_CACHE_BYTES", T::kInt, "-1", "TUNING",
+     "Bytes of the cache a host's cores share last; -1 = the largest cache sysfs lists for CPU 0, "
+     "0 = unknown. An operation streams its results into the user's buffers "
+     "(LOOM_CPU_STREAMING_BYTES) only when the buffers it and the host's other ranks of the "
+     "communicator touch take more than a quarter of it; below that they stay cached."},
     {"LOOM_CPU_HANDOFF_STREAMING_BYTES", T::kInt, "8192", "TUNING",
      "Copies into shared memory that another rank reads next (the latency path's slots, the shm "
      "FIFO's pieces) of at least this many bytes use non-temporal stores while plain copies into "

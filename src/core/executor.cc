@@ -256,6 +256,7 @@ Status PlanRunner::rebind(std::span<std::byte* const> buffers, const kernels::Re
   reduction_ = reduction;
   conns_ = conns;
   failedPeer_ = -1;
+  chooseStreaming();  // in place or not may have changed
   layoutStreams();  // the slots depend on the reduction (a pre-multiply stages its sends)
   for (StreamState& st : streams_) {
     st.next = 0;
@@ -278,17 +279,41 @@ PlanRunner::PlanRunner(const Plan* plan, std::vector<std::byte*> buffers, kernel
                        bool reducing, std::span<Connection* const> conns, const DeviceContext* device)
     : plan_(plan), buffers_(std::move(buffers)), reduction_(reduction), reducing_(reducing),
       conns_(conns), device_(device), streams_(plan->streams.size()) {
-  // From the plan alone: a rebind keeps it.
-  outConfig_ = kernels::defaultCpuKernelConfig();
-  size_t written = 0;
-  for (const Stream& stream : plan_->streams)
-    for (const Step& s : stream.steps)
-      if (s.out.valid()) written += s.bytes;
-  streamOutput_ = !device_ && written >= outConfig_.streamingMinBytes;
-  if (streamOutput_) outConfig_.streamingMinBytes = 0;
+  for (const Stream& stream : plan_->streams) {
+    for (const Step& s : stream.steps) {
+      if (s.out.valid()) written_ += s.bytes;
+      if (s.out.buf == kRecvBuf) recvExtent_ = std::max(recvExtent_, s.out.offset + s.bytes);
+      if (s.local.buf == kSendBuf) {
+        sendRead_ += s.bytes;
+        sendExtent_ = std::max(sendExtent_, s.local.offset + s.bytes);
+      }
+    }
+  }
   const std::string_view algorithm = plan_->algorithm;
   fusable_ = !device_ && (algorithm == "ring" || algorithm == "chain");
+  chooseStreaming();
   layoutStreams();
+}
+
+bool streamsResults(size_t written, size_t touched, int hostRanks, const kernels::CpuKernelConfig& config) {
+  if (written < config.streamingMinBytes) return false;
+  return config.cacheBytes == 0 || touched * size_t(std::max(1, hostRanks)) > config.cacheBytes / 4;
+}
+
+void PlanRunner::chooseStreaming() {
+  const kernels::CpuKernelConfig& base = kernels::defaultCpuKernelConfig();
+  outConfig_ = base;
+  // The buffers this rank touches: its results and its input, counted once
+  // where they overlap (in place).
+  bool inPlace = false;
+  if (plan_->nbuffers == 2) {
+    const std::byte* send = buffers_[kSendBuf];
+    const std::byte* recv = buffers_[kRecvBuf];
+    inPlace = send && recv && send < recv + recvExtent_ && recv < send + sendExtent_;
+  }
+  const size_t touched = inPlace ? std::max(written_, sendRead_) : written_ + sendRead_;
+  streamOutput_ = !device_ && streamsResults(written_, touched, plan_->hostRanks, base);
+  if (streamOutput_) outConfig_.streamingMinBytes = 0;
 }
 
 void PlanRunner::layoutStreams() {

@@ -67,9 +67,7 @@ Result<Plan> planOneChannel(const OpDesc& op, const PlanParams& params) {
 // inputs: each channel can run the one-channel plan on a contiguous part.
 bool elementwise(OpKind k) { return k == OpKind::kAllReduce || k == OpKind::kBroadcast || k == OpKind::kReduce; }
 
-}  // namespace
-
-Result<Plan> planCollective(const OpDesc& op, const PlanParams& params) {
+Result<Plan> planChannels(const OpDesc& op, const PlanParams& params) {
   const size_t es = kernels::dataTypeSize(op.type);
   const size_t bytes = op.count * es;
   int channels = std::max(1, params.channels);
@@ -104,6 +102,16 @@ Result<Plan> planCollective(const OpDesc& op, const PlanParams& params) {
       plan.streams.push_back(std::move(st));
     }
   }
+  return plan;
+}
+
+}  // namespace
+
+Result<Plan> planCollective(const OpDesc& op, const PlanParams& params) {
+  LOOM_ASSIGN_OR_RETURN(Plan plan, planChannels(op, params));
+  plan.hostRanks = params.hostOf.empty()
+                       ? params.nranks
+                       : int(std::count(params.hostOf.begin(), params.hostOf.end(), params.hostOf[size_t(params.rank)]));
   return plan;
 }
 

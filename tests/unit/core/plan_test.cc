@@ -28,6 +28,7 @@ struct Case {
   RedOp op;
   bool inPlace;
   Algorithm algorithm = Algorithm::kRing;
+  int hostRanks = 0;  // > 0: the plans' Plan::hostRanks, else the planner's
 };
 
 std::string caseName(const Case& c) {
@@ -121,6 +122,7 @@ void runCase(const Case& c, size_t sliceBytes, int channels = 1,
         ASSERT_TRUE(step.sendPeer >= 0 && step.recvPeer < 0 && step.fanIn.empty() && step.local.buf == 0)
             << "rank " << r << ": only a send of the input may go single-copy\n" << dumpPlan(*plan);
       }
+    if (c.hostRanks > 0) plan->hostRanks = c.hostRanks;
     plans.push_back(std::move(plan.value()));
     buffers.push_back({s, d});
   }
@@ -494,22 +496,47 @@ TEST(PlanSimulator, LargeSlicesAndOddCounts) {
 }
 
 // An operation that writes more of the user's buffers than
-// LOOM_CPU_STREAMING_BYTES writes its results with streaming stores (the
-// executor's outConfig_): the results are the same, in place or not, with a
-// pre-multiply, at odd counts.
+// LOOM_CPU_STREAMING_BYTES, with buffers too big for the cache, writes its
+// results with streaming stores (the executor's outConfig_): the results
+// are the same, in place or not, with a pre-multiply, at odd counts. The
+// plans say a million ranks share the host, so that 8 MiB outgrow any
+// cache.
 TEST(PlanSimulator, OperationsLargerThanTheCachesStreamTheirOutputs) {
   const size_t count = (size_t(1) << 20) + 3;  // 8 MiB of int64 and a ragged tail
-  if (kernels::defaultCpuKernelConfig().streamingMinBytes > count * sizeof(int64_t))
+  const kernels::CpuKernelConfig& config = kernels::defaultCpuKernelConfig();
+  constexpr int kHostRanks = 1 << 20;
+  if (!streamsResults(count * sizeof(int64_t), count * sizeof(int64_t), kHostRanks, config))
     GTEST_SKIP() << "LOOM_CPU_STREAMING_BYTES is 0 or above this test's 8 MiB: nothing would stream";
   for (int n : {2, 3}) {
     for (bool inPlace : {false, true}) {
-      runCase(Case{OpKind::kAllReduce, n, count, RedOp::kSum, inPlace}, 512 * 1024);
-      runCase(Case{OpKind::kAllReduce, n, count, RedOp::kPreMulSum, inPlace}, 512 * 1024);
-      runCase(Case{OpKind::kBroadcast, n, count, RedOp::kSum, inPlace}, 512 * 1024);
-      runCase(Case{OpKind::kAllGather, n, count / size_t(n), RedOp::kSum, inPlace}, 512 * 1024);
+      for (RedOp op : {RedOp::kSum, RedOp::kPreMulSum})
+        runCase(Case{OpKind::kAllReduce, n, count, op, inPlace, Algorithm::kRing, kHostRanks}, 512 * 1024);
+      runCase(Case{OpKind::kBroadcast, n, count, RedOp::kSum, inPlace, Algorithm::kRing, kHostRanks}, 512 * 1024);
+      runCase(Case{OpKind::kAllGather, n, count / size_t(n), RedOp::kSum, inPlace, Algorithm::kRing, kHostRanks},
+              512 * 1024);
       if (HasFatalFailure()) return;
     }
   }
+}
+
+// Streaming stores only for operations that write enough of the user's
+// buffers and whose buffers, with those of the host's other ranks,
+// outgrow a quarter of the shared cache; everything big enough where the
+// cache is unknown.
+TEST(PlanSimulator, StreamingWaitsForBuffersBeyondTheCache) {
+  kernels::CpuKernelConfig config;
+  config.streamingMinBytes = size_t(8) << 20;
+  config.cacheBytes = size_t(480) << 20;
+  const size_t mib = size_t(1) << 20;
+  EXPECT_FALSE(streamsResults(4 * mib, 1024 * mib, 8, config)) << "under LOOM_CPU_STREAMING_BYTES";
+  EXPECT_FALSE(streamsResults(16 * mib, 16 * mib, 2, config)) << "in place, 2 ranks: 32 of 480 MiB";
+  EXPECT_FALSE(streamsResults(16 * mib, 32 * mib, 2, config)) << "out of place, 2 ranks: 64 of 480 MiB";
+  EXPECT_TRUE(streamsResults(16 * mib, 32 * mib, 4, config)) << "out of place, 4 ranks: 128 of 480 MiB";
+  EXPECT_TRUE(streamsResults(64 * mib, 128 * mib, 2, config)) << "out of place, 2 ranks: 256 of 480 MiB";
+  EXPECT_FALSE(streamsResults(16 * mib, 32 * mib, 0, config)) << "no host count: the rank alone";
+  config.cacheBytes = 0;
+  EXPECT_TRUE(streamsResults(16 * mib, 16 * mib, 1, config)) << "cache unknown";
+  EXPECT_FALSE(streamsResults(4 * mib, 4 * mib, 1, config)) << "cache unknown, under the minimum";
 }
 
 // Channels: an elementwise collective is split into contiguous parts, each
