@@ -1066,7 +1066,6 @@ Status Communicator::split(CommRef parentRef, uint64_t ticket, int color, int ke
   struct Entry {
     int32_t color;
     int32_t key;
-    uint64_t ticket;
   };
   Communicator& parent = *parentRef;
   // While the child is being set up, aborting the parent aborts it; a
@@ -1082,7 +1081,7 @@ Status Communicator::split(CommRef parentRef, uint64_t ticket, int color, int ke
   } detach{&parent, child};
 
   const int n = parent.nranks(), me = parent.rank();
-  const Entry mine{child ? color : -1, key, ticket};
+  const Entry mine{child ? color : -1, key};
   wire::RankInfo info = parent.bootstrap().peer(me);
   if (child) {
     net::SocketAddress reach = parent.bootstrap().listenAddress();
@@ -1094,56 +1093,27 @@ Status Communicator::split(CommRef parentRef, uint64_t ticket, int color, int ke
   std::memcpy(block.data(), &mine, sizeof mine);
   const std::vector<uint8_t> blob = wire::encode(info);
   block.insert(block.end(), blob.begin(), blob.end());
-  std::vector<std::vector<uint8_t>> blocks;
-  std::vector<Entry> all;
-  std::vector<wire::RankInfo> infos;
   const std::string what = "ncclCommSplit on " + parent.describe();
   Deadline deadline = Deadline::afterSeconds(parent.options().initTimeoutS);
-  LOOM_TRY(parent.waitSplitTurn(ticket, waiter->abortFlag()).addContext(what));
-  {
-    struct Turn {
-      Communicator* c;
-      ~Turn() { c->finishSplitTurn(); }
-    } turn{&parent};
-    std::lock_guard<BiasedMutex> lock(parent.opMutex());
-    std::lock_guard<std::mutex> ring(parent.ringMutex());
-    // A peer that failed (or died: its neighbours fail and tell everyone)
-    // ends the exchange at once instead of at the deadline.
-    auto check = [&parent]() -> Status {
-      parent.pollNotices();
-      Status s = parent.stickyError();
-      return s.isOk() ? s : Status(s.code(), "the parent communicator failed: " + s.message());
-    };
-    Status s = parent.bootstrap().allGatherV(block, sizeof(Entry) + wire::kMaxRankInfoBytes, &blocks, deadline,
-                                             waiter->abortFlag(), check);
-    all.resize(size_t(n));
-    infos.resize(size_t(n));
-    for (int r = 0; r < n && s.isOk(); ++r) {
-      const std::span<const uint8_t> b = blocks[size_t(r)];
-      if (b.size() < sizeof(Entry)) {
-        s = remoteError(parent.bootstrap().describe(r) + " sent a short split entry");
-        break;
-      }
+  LOOM_ASSIGN_OR_RETURN(std::vector<std::vector<uint8_t>> blocks,
+                        parent.exchangeInTurn(TurnCall::kSplit, ticket, block, deadline, waiter->abortFlag(), what));
+  std::vector<Entry> all(static_cast<size_t>(n));
+  std::vector<wire::RankInfo> infos(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) {
+    const std::span<const uint8_t> b = blocks[size_t(r)];
+    Status s;
+    if (b.size() < sizeof(Entry)) {
+      s = remoteError(parent.bootstrap().describe(r) + " sent a short split entry");
+    } else {
       std::memcpy(&all[size_t(r)], b.data(), sizeof(Entry));
       auto decoded = wire::decodeRankInfo(b.subspan(sizeof(Entry)));
       if (decoded.isOk()) infos[size_t(r)] = std::move(decoded.value());
       else s = decoded.takeStatus().addContext(parent.bootstrap().describe(r) + "'s split entry");
     }
     if (!s.isOk()) {
-      // A neighbour that closed its ring connection may only be passing on
-      // another rank's failure: prefer that rank's notice.
-      if (s.code() == Code::kRemoteError && !waiter->aborted() && parent.stickyError().isOk())
-        s = parent.preferPeerReport(s);
       s = s.addContext(what);
-      if (!waiter->aborted() && !parent.aborted()) parent.fail(s, true);  // its bootstrap ring is broken
+      if (!waiter->aborted() && !parent.aborted()) parent.fail(s, true);  // a peer that speaks another protocol
       return s;
-    }
-  }
-  for (int r = 0; r < n; ++r) {
-    if (all[size_t(r)].ticket != ticket) {
-      return invalidUsage(what + ": rank " + std::to_string(r) + " matched this split with its ncclCommSplit #" +
-                          std::to_string(all[size_t(r)].ticket) + " but this rank's is #" + std::to_string(ticket) +
-                          "; every rank must split a communicator in the same order");
     }
   }
   if (!child) return Status::ok();
@@ -1173,6 +1143,72 @@ Status Communicator::split(CommRef parentRef, uint64_t ticket, int color, int ke
     }
   }
   return s;
+}
+
+Result<std::vector<std::vector<uint8_t>>> Communicator::exchangeInTurn(TurnCall call, uint64_t ticket,
+                                                                        std::span<const uint8_t> payload,
+                                                                        Deadline deadline,
+                                                                        const std::atomic<bool>* abort,
+                                                                        const std::string& what) {
+  struct Header {
+    uint32_t call;  // TurnCall
+    uint32_t reserved;
+    uint64_t ticket;
+  };
+  if (payload.size() > kTurnPayloadBytes) return internalError(what + ": an exchange entry too large");
+  const Header head{uint32_t(call), 0, ticket};
+  std::vector<uint8_t> block(sizeof head);
+  std::memcpy(block.data(), &head, sizeof head);
+  block.insert(block.end(), payload.begin(), payload.end());
+  std::vector<std::vector<uint8_t>> blocks;
+  LOOM_TRY(waitSplitTurn(ticket, abort).addContext(what));
+  {
+    struct Turn {
+      Communicator* c;
+      ~Turn() { c->finishSplitTurn(); }
+    } turn{this};
+    std::lock_guard<BiasedMutex> lock(opMutex_);
+    std::lock_guard<std::mutex> ring(ringMutex_);
+    // A peer that failed (or died: its neighbours fail and tell everyone)
+    // ends the exchange at once instead of at the deadline.
+    auto check = [this]() -> Status {
+      pollNotices();
+      Status s = stickyError();
+      return s.isOk() ? s : Status(s.code(), "the communicator failed: " + s.message());
+    };
+    Status s = bootstrap_->allGatherV(block, sizeof(Header) + kTurnPayloadBytes, &blocks, deadline, abort, check);
+    if (!s.isOk()) {
+      // A neighbour that closed its ring connection may only be passing on
+      // another rank's failure: prefer that rank's notice.
+      if (s.code() == Code::kRemoteError && !abort->load() && stickyError().isOk()) s = preferPeerReport(s);
+      s = s.addContext(what);
+      if (!abort->load() && !aborted()) fail(s, true);  // its bootstrap ring is broken
+      return s;
+    }
+  }
+  // Every rank sees the same headers, so every rank refuses alike; the
+  // ring is intact, and the communicator stays usable.
+  auto callName = [](uint32_t c) {
+    return c == uint32_t(TurnCall::kSplit) ? "ncclCommSplit" : c == uint32_t(TurnCall::kGrow) ? "ncclCommGrow" : "?";
+  };
+  for (int r = 0; r < nranks_; ++r) {
+    std::vector<uint8_t>& b = blocks[size_t(r)];
+    Header h{};
+    if (b.size() < sizeof h) return remoteError(what + ": " + describePeer(r) + " sent a short entry");
+    std::memcpy(&h, b.data(), sizeof h);
+    if (h.call != uint32_t(call)) {
+      return invalidUsage(what + ": rank " + std::to_string(r) + " called " + callName(h.call) +
+                          " here; every rank must split and grow a communicator with the same calls, in the "
+                          "same order");
+    }
+    if (h.ticket != ticket) {
+      return invalidUsage(what + ": rank " + std::to_string(r) + " matched it with its split or grow #" +
+                          std::to_string(h.ticket) + " but this rank's is #" + std::to_string(ticket) +
+                          "; every rank must split and grow a communicator in the same order");
+    }
+    b.erase(b.begin(), b.begin() + sizeof h);
+  }
+  return blocks;
 }
 
 Status Communicator::makeGrowId(uint8_t id[kUniqueIdBytes]) {
@@ -1209,22 +1245,18 @@ Status Communicator::agreeOnGrow(uint64_t ticket, int nranks, const std::vector<
                                  const std::atomic<bool>* abort, uint8_t id[kUniqueIdBytes]) {
   // What each rank tells the others.
   struct Entry {
-    uint32_t magic;  // tells a grow's entry from a split's, should ranks call them in another order
     uint32_t hasId;
-    uint64_t ticket;
+    uint32_t reserved;
     int64_t nranks;
     uint8_t id[kUniqueIdBytes];
   };
-  constexpr uint32_t kGrowMagic = 0x776f7267;
+  static_assert(sizeof(Entry) <= kTurnPayloadBytes);
   const int n = nranks_;
   const std::string what = "ncclCommGrow of " + describe() + " to " + std::to_string(nranks) + " ranks";
   Entry mine{};
-  mine.magic = kGrowMagic;
   mine.hasId = given.empty() ? 0 : 1;
-  mine.ticket = ticket;
   mine.nranks = nranks;
   if (!given.empty()) std::memcpy(mine.id, given.data(), kUniqueIdBytes);
-  std::vector<Entry> all(static_cast<size_t>(n));
   // Whatever comes of it, this grow used up the id (another may be made).
   struct Used {
     Communicator* c;
@@ -1233,47 +1265,21 @@ Status Communicator::agreeOnGrow(uint64_t ticket, int nranks, const std::vector<
       c->growIdPending_ = false;
     }
   } used{this};
-  LOOM_TRY(waitSplitTurn(ticket, abort).addContext(what));
-  {
-    struct Turn {
-      Communicator* c;
-      ~Turn() { c->finishSplitTurn(); }
-    } turn{this};
-    std::lock_guard<BiasedMutex> lock(opMutex_);
-    std::lock_guard<std::mutex> ring(ringMutex_);
-    auto check = [this]() -> Status {
-      pollNotices();
-      Status s = stickyError();
-      return s.isOk() ? s : Status(s.code(), "the communicator failed: " + s.message());
-    };
-    std::vector<std::vector<uint8_t>> blocks;
-    const std::span<const uint8_t> block(reinterpret_cast<const uint8_t*>(&mine), sizeof mine);
-    // Room for a split's entry too (16 bytes and a rank info), so that a
-    // rank that split here instead is told so rather than breaking the ring.
-    Status s = bootstrap_->allGatherV(block, sizeof(Entry) + 16 + wire::kMaxRankInfoBytes, &blocks,
-                                      Deadline::afterSeconds(options_.initTimeoutS), abort, check);
-    for (int r = 0; r < n && s.isOk(); ++r) {
-      if (blocks[size_t(r)].size() == sizeof(Entry)) std::memcpy(&all[size_t(r)], blocks[size_t(r)].data(), sizeof(Entry));
-      if (blocks[size_t(r)].size() != sizeof(Entry) || all[size_t(r)].magic != kGrowMagic)
-        s = invalidUsage(describePeer(r) + " did not call ncclCommGrow here (an ncclCommSplit instead?)");
-    }
-    if (!s.isOk()) {
-      if (s.code() == Code::kRemoteError && !abort->load() && stickyError().isOk()) s = preferPeerReport(s);
-      s = s.addContext(what);
-      // A broken exchange leaves the ring unusable; a refused one does not.
-      if (s.code() != Code::kInvalidUsage && !abort->load() && !aborted()) fail(s, true);
-      return s;
-    }
+  LOOM_ASSIGN_OR_RETURN(
+      std::vector<std::vector<uint8_t>> blocks,
+      exchangeInTurn(TurnCall::kGrow, ticket, std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(&mine), sizeof mine),
+                     Deadline::afterSeconds(options_.initTimeoutS), abort, what));
+  std::vector<Entry> all(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) {
+    if (blocks[size_t(r)].size() != sizeof(Entry))
+      return remoteError(what + ": " + describePeer(r) + " sent a grow entry of " +
+                         std::to_string(blocks[size_t(r)].size()) + " bytes");
+    std::memcpy(&all[size_t(r)], blocks[size_t(r)].data(), sizeof(Entry));
   }
   // Every rank sees the same entries, so every rank decides alike.
   const Entry* holder = nullptr;
   for (int r = 0; r < n; ++r) {
     const Entry& e = all[size_t(r)];
-    if (e.ticket != ticket) {
-      return invalidUsage(what + ": rank " + std::to_string(r) + " matched it with its split or grow #" +
-                          std::to_string(e.ticket) + " but this rank's is #" + std::to_string(ticket) +
-                          "; every rank must split and grow a communicator in the same order");
-    }
     if (e.nranks != nranks) {
       return invalidUsage(what + ": rank " + std::to_string(r) + " grows it to " + std::to_string(e.nranks) +
                           " ranks; every rank must pass the same nRanks");

@@ -356,7 +356,18 @@ class Communicator {
   // grow()'s exchange over this communicator's ring: the id to join with.
   Status agreeOnGrow(uint64_t ticket, int nranks, const std::vector<uint8_t>& given, const std::atomic<bool>* abort,
                      uint8_t id[kUniqueIdBytes]);
-  // Splits: waits until `ticket` is the next one to run.
+  // A split's or a grow's exchange over this communicator's ring, in the
+  // turn of `ticket` (ranks split and grow a communicator in one order):
+  // every rank's payload (at most kTurnPayloadBytes), this rank's included.
+  // Ranks that make the other call there, or match it with another ticket,
+  // are refused alike on every rank (ncclInvalidUsage) and the
+  // communicator stays usable; a broken exchange fails it.
+  enum class TurnCall : uint32_t { kSplit = 0x74696c70, kGrow = 0x776f7267 };
+  static constexpr size_t kTurnPayloadBytes = 8 + wire::kMaxRankInfoBytes;
+  Result<std::vector<std::vector<uint8_t>>> exchangeInTurn(TurnCall call, uint64_t ticket,
+                                                           std::span<const uint8_t> payload, Deadline deadline,
+                                                           const std::atomic<bool>* abort, const std::string& what);
+  // Splits and grows: waits until `ticket` is the next one to run.
   Status waitSplitTurn(uint64_t ticket, const std::atomic<bool>* abort);
   void finishSplitTurn();
 

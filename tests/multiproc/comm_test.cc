@@ -483,6 +483,35 @@ TEST(CommFeatures, GrowAddsRanksAndTheOldRanksKeepTheirNumbers) {
   destroyAll(comms);
 }
 
+// Ranks that call ncclCommGrow where another calls ncclCommSplit: every rank
+// is refused, naming the other's call, and the communicator goes on.
+TEST(CommFeatures, AGrowMatchedWithASplitIsRefusedOnEveryRank) {
+  ScopedEnv env({"LOOM_TIMEOUT_S=30", "LOOM_INIT_TIMEOUT_S=30"});
+  auto comms = initAll(3);
+  ncclUniqueId id;
+  ASSERT_EQ(ncclCommGetUniqueId(comms[0], &id), ncclSuccess) << ncclGetLastError(comms[0]);
+  onRanks(3, [&](int r) {
+    ncclComm_t out = nullptr;
+    const ncclResult_t res = r == 1 ? ncclCommSplit(comms[1], 0, 0, &out, nullptr)
+                                    : ncclCommGrow(comms[size_t(r)], 4, r == 0 ? &id : nullptr, -1, &out, nullptr);
+    EXPECT_EQ(res, ncclInvalidUsage) << "rank " << r << ": " << ncclGetLastError(nullptr);
+    const char* expected = r == 1 ? "rank 0 called ncclCommGrow here" : "rank 1 called ncclCommSplit here";
+    EXPECT_NE(std::strstr(ncclGetLastError(nullptr), expected), nullptr) << "rank " << r << ": "
+                                                                          << ncclGetLastError(nullptr);
+    if (out) ncclCommDestroy(out);
+  });
+  allReduceAndCheck(comms, 100);
+  // The calls took their turns: the next split goes ahead.
+  std::vector<ncclComm_t> halves(3, nullptr);
+  onRanks(3, [&](int r) {
+    EXPECT_EQ(ncclCommSplit(comms[size_t(r)], r % 2, r, &halves[size_t(r)], nullptr), ncclSuccess)
+        << ncclGetLastError(nullptr);
+  });
+  allReduceAndCheck(std::vector<ncclComm_t>{halves[0], halves[2]}, 100);
+  destroyAll(halves);
+  destroyAll(comms);
+}
+
 // Elastic recovery: shrink away a rank, then grow the shrunk communicator
 // back to size with a newcomer in the last place.
 TEST(CommFeatures, ShrinkThenGrowRestoresTheSize) {
