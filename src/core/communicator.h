@@ -327,6 +327,11 @@ class Communicator {
   uint64_t& checkedCollectives() { return checkedCollectives_; }
   uint64_t nextSeq() { return ++seq_; }
   uint64_t nextCollSeq() { return ++collSeq_; }
+  // Collectives first..last, the latest numbered, will not run (skipped
+  // after a collective mismatch): the next one is numbered `first` again.
+  void returnCollSeqs(uint64_t first, uint64_t last) {
+    if (collSeq_ == last) collSeq_ = first - 1;
+  }
   FlightRecorder& flight() { return *flight_; }
 
   // User reduction ops (ncclRedOpCreatePreMulSum).

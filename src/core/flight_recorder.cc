@@ -35,6 +35,7 @@ const char* flightStateName(FlightRecorder::State s) {
     case FlightRecorder::State::kRunning: return "running";
     case FlightRecorder::State::kDone: return "done";
     case FlightRecorder::State::kFailed: return "failed";
+    case FlightRecorder::State::kSkipped: return "skipped";
   }
   return "?";
 }
@@ -106,6 +107,18 @@ void FlightRecorder::finished(uint64_t id, bool ok) {
   if (Slot* slot = find(id)) {
     rewrite(*slot, [&] {
       slot->state.store(ok ? State::kDone : State::kFailed, std::memory_order_relaxed);
+      slot->endUs.store(now, std::memory_order_relaxed);
+    });
+  }
+}
+
+void FlightRecorder::skipped(uint64_t id) {
+  if (id == 0) return;
+  const int64_t now = wallMicros();
+  if (Slot* slot = find(id)) {
+    rewrite(*slot, [&] {
+      slot->state.store(State::kSkipped, std::memory_order_relaxed);
+      slot->collSeq.store(0, std::memory_order_relaxed);
       slot->endUs.store(now, std::memory_order_relaxed);
     });
   }

@@ -31,7 +31,9 @@ namespace loom::core {
 
 class FlightRecorder {
  public:
-  enum class State : uint8_t { kQueued, kRunning, kDone, kFailed };
+  // kSkipped: a queued operation that will not run (the ranks' collective
+  // check refused its call); it keeps no collective number.
+  enum class State : uint8_t { kQueued, kRunning, kDone, kFailed, kSkipped };
   struct Entry {
     uint64_t seq = 0;
     // Collectives only (every rank calls them, in the same order): their
@@ -65,6 +67,7 @@ class FlightRecorder {
   uint64_t record(const Entry& e, State state = State::kQueued);
   void started(uint64_t id);
   void finished(uint64_t id, bool ok);
+  void skipped(uint64_t id);
 
   void setIdentity(Identity id);
   // Whether setIdentity ran (a communicator that failed during init has

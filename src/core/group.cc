@@ -54,6 +54,7 @@ struct Task {
   const void* scalarPtr = nullptr;
   bool reducing = false;
   uint64_t seq = 0;  // the communicator's operation number
+  uint64_t collSeq = 0;    // its number among the communicator's collectives (0: point-to-point)
   uint64_t flightId = 0;   // its entry in the communicator's flight recorder
   // LOOM_CHECK_COLLECTIVES: how many of the call's collectives on this
   // communicator its ranks must have agreed on before this task starts.
@@ -101,10 +102,10 @@ std::string Task::name() const {
 }
 
 // A collective's entry in the communicator's flight recorder.
-uint64_t recordCollective(Communicator* comm, const OpDesc& op, uint64_t seq,
+uint64_t recordCollective(Communicator* comm, const OpDesc& op, uint64_t seq, uint64_t collSeq,
                           FlightRecorder::State state = FlightRecorder::State::kQueued) {
   return comm->flight().record(FlightRecorder::Entry{
-      .seq = seq, .collSeq = comm->nextCollSeq(), .kind = opKindName(op.kind), .count = op.count,
+      .seq = seq, .collSeq = collSeq, .kind = opKindName(op.kind), .count = op.count,
       .type = kernels::dataTypeName(op.type), .op = isReducing(op.kind) ? kernels::redOpName(op.reduction.op) : "",
       .root = op.kind == OpKind::kBroadcast || op.kind == OpKind::kReduce ? op.root : -1}, state);
 }
@@ -191,7 +192,8 @@ Status buildTasks(Communicator* comm, std::span<const OpDesc> ops, std::vector<T
     t.scalarPtr = op.scalarPtr;
     t.reducing = isReducing(op.kind);
     t.seq = comm->nextSeq();
-    t.flightId = recordCollective(comm, op, t.seq);
+    t.collSeq = comm->nextCollSeq();
+    t.flightId = recordCollective(comm, op, t.seq, t.collSeq);
     tasks->push_back(std::move(t));
   }
   if (!p2p.empty()) {
@@ -214,8 +216,9 @@ Status buildTasks(Communicator* comm, std::span<const OpDesc> ops, std::vector<T
       elems += op.count;
       collective = collective && op.kind != OpKind::kSend && op.kind != OpKind::kRecv;
     }
+    t.collSeq = collective ? comm->nextCollSeq() : 0;
     t.flightId = comm->flight().record(FlightRecorder::Entry{
-        .seq = seq, .collSeq = collective ? comm->nextCollSeq() : 0, .kind = p2p.size() == 1 ? opKindName(p2p[0].kind) : "PointToPointGroup", .count = elems,
+        .seq = seq, .collSeq = t.collSeq, .kind = p2p.size() == 1 ? opKindName(p2p[0].kind) : "PointToPointGroup", .count = elems,
         .type = kernels::dataTypeName(p2p[0].type), .op = "",
         .root = p2p.size() == 1 ? p2p[0].root : -1});
     tasks->push_back(std::move(t));
@@ -282,8 +285,18 @@ class Engine {
       if (why.isOk()) return internalError("the collective check ended before " + task.name());
       if (why.code() != Code::kInvalidUsage || comm->hasFailed()) return why;
       // A mismatch, seen alike by every rank: this communicator's part of
-      // the call ends here, and the others go on.
-      for (size_t i = cr.current; i < cr.tasks.size(); ++i) comm->flight().finished(cr.tasks[i].flightId, false);
+      // the call ends here, and the others go on. Ranks may have grouped
+      // other collectives after it: theirs give their numbers back, so
+      // that the flight recorder still lines ranks up by them (the check
+      // counts only the collectives that ran, alike on every rank).
+      uint64_t first = 0, last = 0;
+      for (size_t i = cr.current; i < cr.tasks.size(); ++i) {
+        comm->flight().skipped(cr.tasks[i].flightId);
+        if (cr.tasks[i].collSeq == 0) continue;
+        if (first == 0) first = cr.tasks[i].collSeq;
+        last = cr.tasks[i].collSeq;
+      }
+      if (first) comm->returnCollSeqs(first, last);
       cr.current = cr.tasks.size();
       if (mismatch_.isOk()) mismatch_ = why;
       *progressed = true;
@@ -559,20 +572,22 @@ Status runSingle(Communicator* c, const OpDesc& op) {
     if (c->hasFailed()) LOOM_TRY(c->asyncError());
     if (c->aborted()) return abortedError(std::string("running ") + opKindName(op.kind));
     const uint64_t seq = c->nextSeq();
+    const uint64_t collSeq = c->nextCollSeq();
     lp->start(op);
     if (lp->finishSoon(c->cpusShared(), c->spinRounds())) {
       // Recorded once done: one entry, one look at the clock. A dump
       // taken meanwhile misses it; one that waits for a late rank is
       // recorded as running when the engine takes it over below (its
       // times lag by the wait so far).
-      recordCollective(c, op, seq, FlightRecorder::State::kDone);
+      recordCollective(c, op, seq, collSeq, FlightRecorder::State::kDone);
       return Status::ok();
     }
-    const uint64_t flightId = recordCollective(c, op, seq, FlightRecorder::State::kRunning);
+    const uint64_t flightId = recordCollective(c, op, seq, collSeq, FlightRecorder::State::kRunning);
     Task t;
     t.ops = {op};
     t.board = true;
     t.seq = seq;
+    t.collSeq = collSeq;
     t.flightId = flightId;
     tasks.push_back(std::move(t));
     boardStarted = true;

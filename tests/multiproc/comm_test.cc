@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <numeric>
 #include <string>
 #include <thread>
@@ -427,6 +428,62 @@ TEST(CommFeatures, CollectiveCheckEndsAtTheTimeoutWhenARankNeverCalls) {
   EXPECT_NE(grouped.find("waiting for the ranks' collective check (LOOM_CHECK_COLLECTIVES)"), std::string::npos)
       << grouped;
   destroyAll(comms);
+}
+
+// The collective numbers the flight recorder lines ranks up by stay in step
+// after a mismatch, however the ranks grouped what was skipped: rank 0
+// groups two AllReduces, the others one of another count. The skipped
+// entries keep no number; the next AllReduce has the same on every rank.
+// Then rank 2 stays away from the next one, so ranks 0 and 1 fail at the
+// timeout and write their recorders.
+TEST(CommFeatures, CollectiveCheckKeepsTheFlightRecordersInStep) {
+  char dir[] = "/tmp/loom-flight-check-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  ScopedEnv env({"LOOM_CHECK_COLLECTIVES=1", "LOOM_TIMEOUT_S=2", std::string("LOOM_FLIGHT_RECORDER_DIR=") + dir});
+  auto comms = initAll(3);
+  std::vector<float> data(3 * 100, 1.0f);
+  onRanks(3, [&](int r) {
+    float* x = data.data() + r * 100;
+    ncclComm_t c = comms[size_t(r)];
+    ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+    for (int i = 0; i < (r == 0 ? 2 : 1); ++i)
+      ASSERT_EQ(ncclAllReduce(x, x, r == 0 ? 100 : 99, ncclFloat32, ncclSum, c, nullptr), ncclSuccess);
+    EXPECT_EQ(ncclGroupEnd(), ncclInvalidUsage) << "rank " << r;
+    EXPECT_EQ(ncclAllReduce(x, x, 100, ncclFloat32, ncclSum, c, nullptr), ncclSuccess) << ncclGetLastError(c);
+    if (r == 2) return;
+    // Grouped, it is recorded before its check waits.
+    ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+    ASSERT_EQ(ncclAllReduce(x, x, 50, ncclFloat32, ncclSum, c, nullptr), ncclSuccess);
+    EXPECT_NE(ncclGroupEnd(), ncclSuccess);
+  });
+  for (int r = 0; r < 2; ++r) {
+    std::string lines;
+    DIR* d = ::opendir(dir);
+    ASSERT_NE(d, nullptr);
+    while (dirent* e = ::readdir(d)) {
+      const std::string name = e->d_name;
+      if (name.find("-rank" + std::to_string(r) + ".json") == std::string::npos) continue;
+      FILE* f = std::fopen((std::string(dir) + "/" + name).c_str(), "r");
+      ASSERT_NE(f, nullptr);
+      char buf[1024];
+      while (std::fgets(buf, sizeof buf, f)) lines += buf;
+      std::fclose(f);
+    }
+    ::closedir(d);
+    SCOPED_TRACE("rank " + std::to_string(r) + "'s recorder:\n" + lines);
+    auto count = [&](const std::string& what) {
+      size_t n = 0;
+      for (size_t at = lines.find(what); at != std::string::npos; at = lines.find(what, at + 1)) ++n;
+      return n;
+    };
+    EXPECT_EQ(count("\"coll\":0,\"kind\":\"AllReduce\",\"count\":" + std::string(r == 0 ? "100" : "99")),
+              r == 0 ? 2u : 1u);
+    EXPECT_EQ(count("\"state\":\"skipped\""), r == 0 ? 2u : 1u);
+    EXPECT_EQ(count("\"coll\":1,\"kind\":\"AllReduce\",\"count\":100,"), 1u);
+    EXPECT_EQ(count("\"coll\":2,\"kind\":\"AllReduce\",\"count\":50,"), 1u);
+  }
+  destroyAll(comms);
+  std::filesystem::remove_all(dir);
 }
 
 // ncclCommGrow: a communicator of 2 ranks grows to 4. Rank 1 gets the id
