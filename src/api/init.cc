@@ -191,6 +191,7 @@ Status closeHandle(ncclComm_t comm, bool abort) {
               c->describe().c_str(), waitS, abort ? "ncclCommAbort" : "ncclCommDestroy");
     return Status::ok();
   }
+  c->dumpFlightRecorderAtDestroy(abort ? "ncclCommAbort" : "ncclCommDestroy");
   delete handle;
   return Status::ok();
 }

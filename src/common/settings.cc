@@ -127,8 +127,17 @@ constexpr Spec kTable[] = {
      "LOOM_FLIGHT_RECORDER_DIR; `loom-info --flight DIR` merges the files."},
     {"LOOM_FLIGHT_RECORDER_DIR", T::kString, "", "COLL",
      "Folder the flight recorders are written to, one JSON file per rank and communicator, when a "
-     "communicator fails (an error, the LOOM_TIMEOUT_S timeout) or on LOOM_FLIGHT_RECORDER_SIGNAL. "
-     "Unset: nothing is written."},
+     "communicator fails (an error, the LOOM_TIMEOUT_S timeout), on LOOM_FLIGHT_RECORDER_SIGNAL, or "
+     "with LOOM_FLIGHT_RECORDER_AT_DESTROY when it is destroyed. `loom-info --flight DIR` merges "
+     "them, `loom-info --trace DIR OUT` turns them into a Chrome trace. Unset: nothing is written."},
+    {"LOOM_FLIGHT_RECORDER_PRECISE", T::kBool, "0", "COLL",
+     "1: the flight recorder's times come from the precise wall clock (microseconds, about 15 ns "
+     "more per reading) instead of the kernel tick's (1-4 ms steps), for traces of short "
+     "operations (`loom-info --trace`). Read once per process."},
+    {"LOOM_FLIGHT_RECORDER_AT_DESTROY", T::kBool, "0", "COLL",
+     "1: every communicator also writes its flight recorder into LOOM_FLIGHT_RECORDER_DIR when "
+     "ncclCommDestroy or ncclCommAbort ends it (a failure's file is kept): a timeline of a run "
+     "that did not fail, its last LOOM_FLIGHT_RECORDER_ENTRIES operations per communicator."},
     {"LOOM_FLIGHT_RECORDER_SIGNAL", T::kString, "", "COLL",
      "A signal (USR1, SIGUSR2, 10) on which every communicator of the process writes its flight "
      "recorder; the handler installed before loom's still runs. Unset (default): loom installs no "

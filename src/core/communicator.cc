@@ -772,6 +772,11 @@ void Communicator::fail(const Status& status, bool tellPeers) {
   dumpFlightRecorder(status.message());
 }
 
+void Communicator::dumpFlightRecorderAtDestroy(const char* call) {
+  if (hasFailed() || !settings::current()->getBool("LOOM_FLIGHT_RECORDER_AT_DESTROY")) return;
+  dumpFlightRecorder(std::string(call) + " ended the communicator");
+}
+
 void Communicator::dumpFlightRecorder(const std::string& reason) {
   const std::string dir = settings::current()->getString("LOOM_FLIGHT_RECORDER_DIR");
   if (dir.empty() || flight_->capacity() == 0 || !flight_->identified() || forkedAway()) return;

@@ -96,7 +96,7 @@ struct CommOptions {
   struct Config {
     int minChannels = 0;    // minCTAs (0: not given); NCCL_MIN_CTAS wins
     int maxChannels = 0;    // maxCTAs (0: not given); NCCL_MAX_CTAS wins
-    std::string network;    // netName ("": not given); NCCL_NET wins
+    std::string network{};  // netName ("": not given); NCCL_NET wins
     int trafficClass = -1;  // trafficClass (-1: not given); NCCL_IB_TC wins
   };
   void apply(const Config& config);
@@ -222,6 +222,10 @@ class Communicator {
     return !failed_.load() && state_.load() == State::kReady && splitsDone_.load() >= splitsReserved_.load();
   }
   bool hasFailed() const { return failed_.load(); }
+  // LOOM_FLIGHT_RECORDER_AT_DESTROY=1: writes the flight recorder into
+  // LOOM_FLIGHT_RECORDER_DIR as `call` (ncclCommDestroy, ncclCommAbort)
+  // ends the communicator, unless its failure wrote it already.
+  void dumpFlightRecorderAtDestroy(const char* call);
   // Records a failure (first one wins) and, when `tellPeers`, sends an abort
   // notice to every other rank so non-neighbours learn about it too.
   void fail(const Status& status, bool tellPeers);

@@ -59,12 +59,13 @@ class FlightRecorder {
 
   // Records an operation in state `state` (queued; running: one that starts
   // at once; done: one that already finished, all three times now, a
-  // single look at the clock); returns its id for the calls below.
+  // single look at the clock, or enqueued and started at `since` when
+  // given); returns its id for the calls below.
   // record(), started() and finished() are the writer's: one thread at a
   // time (a communicator calls them under its operation lock, or during
   // init before any operation may run: LOOM_CALIBRATE's shifts). The other
   // calls may come from any thread at any time.
-  uint64_t record(const Entry& e, State state = State::kQueued);
+  uint64_t record(const Entry& e, State state = State::kQueued, int64_t since = 0);
   void started(uint64_t id);
   void finished(uint64_t id, bool ok);
   void skipped(uint64_t id);
@@ -113,7 +114,11 @@ class FlightRecorder {
 };
 
 const char* flightStateName(FlightRecorder::State s);
+// The recorders' clock: Unix microseconds, from the kernel's tick unless
+// LOOM_FLIGHT_RECORDER_PRECISE (flightClockPrecise(), read once) asks for
+// the precise clock.
 int64_t wallMicros();
+bool flightClockPrecise();
 
 // Where LOOM_FLIGHT_RECORDER_SIGNAL is set: dumps every live recorder into
 // LOOM_FLIGHT_RECORDER_DIR when the signal arrives (from a thread of its

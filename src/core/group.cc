@@ -103,11 +103,11 @@ std::string Task::name() const {
 
 // A collective's entry in the communicator's flight recorder.
 uint64_t recordCollective(Communicator* comm, const OpDesc& op, uint64_t seq, uint64_t collSeq,
-                          FlightRecorder::State state = FlightRecorder::State::kQueued) {
+                          FlightRecorder::State state = FlightRecorder::State::kQueued, int64_t since = 0) {
   return comm->flight().record(FlightRecorder::Entry{
       .seq = seq, .collSeq = collSeq, .kind = opKindName(op.kind), .count = op.count,
       .type = kernels::dataTypeName(op.type), .op = isReducing(op.kind) ? kernels::redOpName(op.reduction.op) : "",
-      .root = op.kind == OpKind::kBroadcast || op.kind == OpKind::kReduce ? op.root : -1}, state);
+      .root = op.kind == OpKind::kBroadcast || op.kind == OpKind::kReduce ? op.root : -1}, state, since);
 }
 
 // A new plan of a collective, from the algorithm the cost model (and
@@ -573,16 +573,19 @@ Status runSingle(Communicator* c, const OpDesc& op) {
     if (c->aborted()) return abortedError(std::string("running ") + opKindName(op.kind));
     const uint64_t seq = c->nextSeq();
     const uint64_t collSeq = c->nextCollSeq();
+    // The precise clock (a trace of short operations) is read at the start
+    // too.
+    const int64_t since = flightClockPrecise() ? wallMicros() : 0;
     lp->start(op);
     if (lp->finishSoon(c->cpusShared(), c->spinRounds())) {
       // Recorded once done: one entry, one look at the clock. A dump
       // taken meanwhile misses it; one that waits for a late rank is
       // recorded as running when the engine takes it over below (its
       // times lag by the wait so far).
-      recordCollective(c, op, seq, collSeq, FlightRecorder::State::kDone);
+      recordCollective(c, op, seq, collSeq, FlightRecorder::State::kDone, since);
       return Status::ok();
     }
-    const uint64_t flightId = recordCollective(c, op, seq, collSeq, FlightRecorder::State::kRunning);
+    const uint64_t flightId = recordCollective(c, op, seq, collSeq, FlightRecorder::State::kRunning, since);
     Task t;
     t.ops = {op};
     t.board = true;

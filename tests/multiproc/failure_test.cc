@@ -407,6 +407,32 @@ TEST_F(FailureTest, FlightMergeFindsDifferentOperationsAtOneSequenceNumber) {
   EXPECT_NE(out.find("no file from rank(s) 2"), std::string::npos) << out;
   EXPECT_NE(out.find("loom-flight-junk.json is not a flight recorder file"), std::string::npos) << out;
   EXPECT_NE(out.find("made no \"progress\""), std::string::npos) << out;
+  // The same files as a Chrome trace: times from the first call (rank 0's
+  // AllReduce, called at 1 us, ran from 2 to 3), a begin without an end
+  // for rank 1's running Broadcast, a row per rank named after it.
+  const std::string tracePath = std::string(dir) + "/trace.json";
+  auto trace = ChildProcess::start(LOOM_INFO_PATH, {"--trace", dir, tracePath}, {});
+  ASSERT_NE(trace, nullptr);
+  ASSERT_TRUE(trace->wait(kEndsWithinS));
+  EXPECT_EQ(trace->status(), 0) << trace->output();
+  EXPECT_NE(trace->output().find("7 operation(s) from 3 file(s), 1 communicator(s)"), std::string::npos)
+      << trace->output();
+  EXPECT_NE(trace->output().find("AllReduce 8 x float sum"), std::string::npos) << trace->output();
+  std::string json;
+  if (FILE* f = std::fopen(tracePath.c_str(), "r")) {
+    char buf[4096];
+    for (size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) json.append(buf, n);
+    std::fclose(f);
+  }
+  EXPECT_NE(json.find("\"name\":\"AllReduce\",\"cat\":\"loom\",\"pid\":1,\"tid\":1,\"ph\":\"X\",\"ts\":1,\"dur\":1"),
+            std::string::npos)
+      << json;
+  EXPECT_NE(json.find("\"name\":\"Broadcast\",\"cat\":\"loom\",\"pid\":2,\"tid\":1,\"ph\":\"B\",\"ts\":4"),
+            std::string::npos)
+      << json;
+  EXPECT_NE(json.find("\"args\":{\"name\":\"comm 00000000000000aa rank 3/4\"}"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"args\":{\"name\":\"host h1, pid 101\"}"), std::string::npos) << json;
+  std::remove(tracePath.c_str());
   for (const char* name : {"rank0", "rank1", "rank3"})
     std::remove((std::string(dir) + "/loom-flight-00000000000000aa-" + name + ".json").c_str());
   std::remove((std::string(dir) + "/loom-flight-junk.json").c_str());
@@ -415,6 +441,63 @@ TEST_F(FailureTest, FlightMergeFindsDifferentOperationsAtOneSequenceNumber) {
   auto none = ChildProcess::start(LOOM_INFO_PATH, {"--flight", "/nonexistent-flight-dir"}, {});
   ASSERT_TRUE(none->wait(kEndsWithinS));
   EXPECT_EQ(none->status(), 2) << none->output();
+}
+
+// LOOM_FLIGHT_RECORDER_AT_DESTROY: two healthy ranks write their recorders
+// as ncclCommDestroy ends the communicator, and loom-info --trace turns
+// them into a trace that a JSON parser reads (python3 where there is one).
+TEST_F(FailureTest, FlightRecordersWrittenAtDestroyMakeATrace) {
+  char dir[] = "/tmp/loom-flight-destroy-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  for (int r = 0; r < 2; ++r)
+    spawn({"init", "rank=" + std::to_string(r), "nranks=2"},
+          commEnv({std::string("LOOM_FLIGHT_RECORDER_DIR=") + dir, "LOOM_FLIGHT_RECORDER_AT_DESTROY=1"}));
+  for (auto& k : kids_) {
+    ASSERT_TRUE(k->wait(kEndsWithinS)) << k->output();
+    EXPECT_EQ(k->status(), 0) << k->output();
+  }
+  std::vector<std::string> files;
+  if (DIR* d = opendir(dir)) {
+    while (dirent* e = readdir(d))
+      if (std::string(e->d_name).rfind("loom-flight-", 0) == 0) files.push_back(std::string(dir) + "/" + e->d_name);
+    closedir(d);
+  }
+  ASSERT_EQ(files.size(), 2u);
+  for (const auto& path : files) {
+    std::string text;
+    if (FILE* f = std::fopen(path.c_str(), "r")) {
+      char buf[4096];
+      for (size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) text.append(buf, n);
+      std::fclose(f);
+    }
+    EXPECT_NE(text.find("\"reason\":\"ncclCommDestroy ended the communicator\""), std::string::npos) << text;
+    EXPECT_NE(text.find("\"kind\":\"AllReduce\",\"count\":1024,\"type\":\"float\",\"op\":\"sum\",\"root\":-1,"
+                        "\"state\":\"done\""),
+              std::string::npos)
+        << text;
+  }
+  const std::string tracePath = std::string(dir) + "/trace.json";
+  auto trace = ChildProcess::start(LOOM_INFO_PATH, {"--trace", dir, tracePath}, {});
+  ASSERT_NE(trace, nullptr);
+  ASSERT_TRUE(trace->wait(kEndsWithinS));
+  EXPECT_EQ(trace->status(), 0) << trace->output();
+  EXPECT_NE(trace->output().find("from 2 file(s), 1 communicator(s)"), std::string::npos) << trace->output();
+  EXPECT_NE(trace->output().find("AllReduce 1024 x float sum"), std::string::npos) << trace->output();
+  if (access("/usr/bin/python3", X_OK) == 0) {
+    auto parse = ChildProcess::start("/usr/bin/python3",
+                                     {"-c",
+                                      "import json, sys; t = json.load(open(sys.argv[1])); "
+                                      "print('slices', sum(e['ph'] == 'X' for e in t['traceEvents']))",
+                                      tracePath},
+                                     {});
+    ASSERT_NE(parse, nullptr);
+    ASSERT_TRUE(parse->wait(kEndsWithinS));
+    EXPECT_EQ(parse->status(), 0) << parse->output();
+    EXPECT_NE(parse->output().find("slices 2"), std::string::npos) << parse->output();
+  }
+  for (const auto& f : files) std::remove(f.c_str());
+  std::remove(tracePath.c_str());
+  rmdir(dir);
 }
 
 // Rank 0 (a thread) is blocked in an AllReduce that rank 1 never joins;

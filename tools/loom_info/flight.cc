@@ -75,7 +75,7 @@ struct Op {
   long long seq = 0;
   long long coll = 0;  // 0: point-to-point
   std::string kind, count, type, op, root, state;
-  long long startUs = 0, endUs = 0;
+  long long enqueueUs = 0, startUs = 0, endUs = 0;
   std::string signature() const {
     return kind + " " + count + " x " + type + (op.empty() ? "" : " " + op) + (root == "-1" ? "" : " root " + root);
   }
@@ -105,13 +105,16 @@ struct RankFile {
   const Op* latest() const { return ops.empty() ? nullptr : &ops.back(); }
 };
 
-}  // namespace
+using Comms = std::map<std::string, std::map<int, RankFile>>;  // comm -> rank -> file
 
-int mergeFlight(const std::string& dir) {
+// The flight recorder files in `dir`, by communicator and rank; *files:
+// how many were read. Complains about the rest on stderr. False when the
+// folder holds none.
+bool readFlightFiles(const std::string& dir, Comms* out, size_t* files) {
   DIR* d = opendir(dir.c_str());
   if (!d) {
     std::fprintf(stderr, "loom-info: cannot open %s\n", dir.c_str());
-    return 2;
+    return false;
   }
   std::vector<std::string> names;
   while (dirent* e = readdir(d)) {
@@ -120,8 +123,8 @@ int mergeFlight(const std::string& dir) {
   }
   closedir(d);
   std::sort(names.begin(), names.end());
-  std::map<std::string, std::map<int, RankFile>> comms;  // comm -> rank -> file
-  int bad = 0;
+  Comms& comms = *out;
+  size_t bad = 0;
   for (const auto& n : names) {
     RankFile f;
     f.path = dir + "/" + n;
@@ -162,6 +165,7 @@ int mergeFlight(const std::string& dir) {
       o.op = fields["op"];
       o.root = fields["root"];
       o.state = fields["state"];
+      o.enqueueUs = std::atoll(fields["enqueue_us"].c_str());
       o.startUs = std::atoll(fields["start_us"].c_str());
       o.endUs = std::atoll(fields["end_us"].c_str());
       f.ops.push_back(o);
@@ -175,10 +179,36 @@ int mergeFlight(const std::string& dir) {
   }
   if (comms.empty()) {
     std::fprintf(stderr, "loom-info: no flight recorder files (loom-flight-*.json) in %s\n", dir.c_str());
-    return 2;
+    return false;
   }
-  std::printf("flight recorders in %s: %zu file(s), %zu communicator(s)\n", dir.c_str(), names.size() - size_t(bad),
-              comms.size());
+  *files = names.size() - bad;
+  return true;
+}
+
+std::string jsonString(const std::string& s) {
+  std::string out = "\"";
+  for (char ch : s) {
+    if (ch == '"' || ch == '\\') {
+      out += '\\';
+      out += ch;
+    } else if (static_cast<unsigned char>(ch) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", ch);
+      out += buf;
+    } else {
+      out += ch;
+    }
+  }
+  return out + "\"";
+}
+
+}  // namespace
+
+int mergeFlight(const std::string& dir) {
+  Comms comms;
+  size_t files = 0;
+  if (!readFlightFiles(dir, &comms, &files)) return 2;
+  std::printf("flight recorders in %s: %zu file(s), %zu communicator(s)\n", dir.c_str(), files, comms.size());
   for (const auto& [comm, ranks] : comms) {
     int nranks = 0;
     for (const auto& [r, f] : ranks) {
@@ -279,6 +309,86 @@ int mergeFlight(const std::string& dir) {
       std::printf("\n");
     }
     if (mismatches == 0) std::printf("  every rank called the same collectives in the same order\n");
+  }
+  return 0;
+}
+
+int writeTrace(const std::string& dir, const std::string& path) {
+  Comms comms;
+  size_t files = 0;
+  if (!readFlightFiles(dir, &comms, &files)) return 2;
+  // Times count from the earliest operation (its Unix time in otherData).
+  long long t0 = 0;
+  for (const auto& [comm, ranks] : comms)
+    for (const auto& [r, f] : ranks)
+      for (const Op& o : f.ops)
+        if (o.enqueueUs > 0 && (t0 == 0 || o.enqueueUs < t0)) t0 = o.enqueueUs;
+  std::string out = "{\"otherData\":{\"t0_unix_us\":" + std::to_string(t0) +
+                    ",\"source\":" + jsonString(dir) + "},\"traceEvents\":[";
+  bool firstEvent = true;
+  auto emit = [&](const std::string& event) {
+    out += (firstEvent ? "\n" : ",\n") + event;
+    firstEvent = false;
+  };
+  // A process per (host, pid); a row per communicator within it.
+  std::map<std::pair<std::string, std::string>, int> pids;
+  std::map<int, int> rowsOf;
+  size_t events = 0;
+  struct Stat {
+    std::vector<long long> us;
+  };
+  std::map<std::string, std::map<std::string, Stat>> stats;  // comm -> operation -> durations
+  for (const auto& [comm, ranks] : comms) {
+    for (const auto& [r, f] : ranks) {
+      auto [it, fresh] = pids.try_emplace({f.host, f.pid}, int(pids.size()) + 1);
+      const int pid = it->second;
+      if (fresh) {
+        emit("{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":" + std::to_string(pid) +
+             ",\"args\":{\"name\":" + jsonString("host " + f.host + ", pid " + f.pid) + "}}");
+      }
+      const int tid = ++rowsOf[pid];
+      const std::string where = ",\"pid\":" + std::to_string(pid) + ",\"tid\":" + std::to_string(tid);
+      emit("{\"name\":\"thread_name\",\"ph\":\"M\"" + where + ",\"args\":{\"name\":" +
+           jsonString("comm " + comm + " rank " + std::to_string(r) + "/" + std::to_string(f.nranks)) + "}}");
+      for (const Op& o : f.ops) {
+        const std::string args =
+            ",\"args\":{\"seq\":" + std::to_string(o.seq) + ",\"coll\":" + std::to_string(o.coll) +
+            ",\"count\":" + jsonString(o.count) + ",\"type\":" + jsonString(o.type) + ",\"op\":" + jsonString(o.op) +
+            ",\"root\":" + jsonString(o.root) + ",\"state\":" + jsonString(o.state) +
+            (o.startUs > 0 ? ",\"queued_us\":" + std::to_string(o.startUs - o.enqueueUs) : std::string()) + "}";
+        const std::string head = "{\"name\":" + jsonString(o.kind) + ",\"cat\":\"loom\"" + where;
+        if (o.startUs > 0 && o.endUs >= o.startUs) {
+          emit(head + ",\"ph\":\"X\",\"ts\":" + std::to_string(o.startUs - t0) +
+               ",\"dur\":" + std::to_string(o.endUs - o.startUs) + args + "}");
+          if (o.state == "done") stats[comm][o.signature()].us.push_back(o.endUs - o.startUs);
+        } else if (o.startUs > 0) {  // still running when the file was written
+          emit(head + ",\"ph\":\"B\",\"ts\":" + std::to_string(o.startUs - t0) + args + "}");
+        } else {  // queued, or skipped: a mark where it was called
+          emit(head + ",\"ph\":\"i\",\"s\":\"t\",\"ts\":" + std::to_string(o.enqueueUs - t0) + args + "}");
+        }
+        ++events;
+      }
+    }
+  }
+  out += "\n]}\n";
+  FILE* f = std::fopen(path.c_str(), "w");
+  if (!f || std::fwrite(out.data(), 1, out.size(), f) != out.size() || std::fclose(f) != 0) {
+    std::fprintf(stderr, "loom-info: cannot write %s\n", path.c_str());
+    return 1;
+  }
+  std::printf("%s: %zu operation(s) from %zu file(s), %zu communicator(s); open it in Perfetto "
+              "(ui.perfetto.dev) or chrome://tracing\n",
+              path.c_str(), events, files, comms.size());
+  // Per operation: how long it ran, over every rank's calls.
+  for (auto& [comm, ops] : stats) {
+    std::printf("\ncommunicator %s\n  %-44s %8s %12s %12s %12s\n", comm.c_str(), "operation", "calls", "median us",
+                "p99 us", "max us");
+    for (auto& [sig, st] : ops) {
+      std::sort(st.us.begin(), st.us.end());
+      const size_t n = st.us.size();
+      std::printf("  %-44s %8zu %12lld %12lld %12lld\n", sig.c_str(), n, st.us[n / 2], st.us[std::min(n - 1, n * 99 / 100)],
+                  st.us[n - 1]);
+    }
   }
   return 0;
 }

@@ -10,4 +10,12 @@ namespace loom::info {
 // the folder holds no readable file).
 int mergeFlight(const std::string& dir);
 
+// loom-info --trace DIR OUT: the same files as a Chrome trace (Trace Event
+// format, for Perfetto or chrome://tracing): a process per host and pid, a
+// row per communicator and rank, a slice per operation from start to end
+// (a mark for one never started); then, per communicator, each
+// operation's calls and their median, p99 and longest run times. Returns
+// 0, 1 when OUT cannot be written, 2 when DIR holds no readable file.
+int writeTrace(const std::string& dir, const std::string& path);
+
 }  // namespace loom::info

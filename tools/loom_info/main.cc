@@ -7,6 +7,8 @@
 //   loom-info --flight DIR   merge the flight recorder files in DIR: who is
 //                        behind, in which operation, and where ranks called
 //                        different operations at the same sequence number
+//   loom-info --trace DIR OUT   the same files as a Chrome trace (OUT), and
+//                        each operation's run times
 //   loom-info --plan COLLECTIVE NRANKS COUNT [...]   the plan of each rank
 //   loom-info --algos [NRANKS] [--net]   the cost model's choices by size
 #include <cstdio>
@@ -64,7 +66,7 @@ void printSetting(const loom::settings::Spec& s, const loom::settings::Config& c
 
 int usage(const char* argv0) {
   std::fprintf(stderr,
-               "usage: %s [--brief] [-s NAME] [--flight DIR] [--plan COLLECTIVE NRANKS COUNT ...] "
+               "usage: %s [--brief] [-s NAME] [--flight DIR] [--trace DIR OUT] [--plan COLLECTIVE NRANKS COUNT ...] "
                "[--algos [NRANKS] [--net]]\n",
                argv0);
   return 2;
@@ -79,6 +81,7 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--brief")) brief = true;
     else if (!std::strcmp(argv[i], "-s") && i + 1 < argc) only = argv[++i];
     else if (!std::strcmp(argv[i], "--flight") && i + 1 < argc) return loom::info::mergeFlight(argv[++i]);
+    else if (!std::strcmp(argv[i], "--trace") && i + 2 < argc) return loom::info::writeTrace(argv[i + 1], argv[i + 2]);
     else if (!std::strcmp(argv[i], "--plan")) return loom::info::printPlan(argc - i - 1, argv + i + 1);
     else if (!std::strcmp(argv[i], "--algos")) return loom::info::printAlgos(argc - i - 1, argv + i + 1);
     else if (!std::strcmp(argv[i], "-h") || !std::strcmp(argv[i], "--help")) return usage(argv[0]), 0;
