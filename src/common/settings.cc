@@ -247,7 +247,8 @@ constexpr Spec kTable[] = {
     {"LOOM_CPU_STREAMING_BYTES", T::kInt, "8388608", "TUNING",
      "Host reduce/copy calls whose destination is at least this many bytes write it with "
      "non-temporal (cache-bypassing) stores, and so does a host operation that writes at least "
-     "this many bytes of the user's buffers, for every result it does not send on; 0 = never. "
+     "this many bytes of the user's buffers, for every result it does not send on, if its buffers "
+     "outgrow the cache (LOOM_CPU_CACHE_BYTES); 0 = never. "
      "Pays off only for data larger than the caches. fp8 reductions never stream."},
     {"LOOM_CPU_CACHE_BYTES", T::kInt, "-1", "TUNING",
      "Bytes of the cache a host's cores share last; -1 = the largest cache sysfs lists for CPU 0, "

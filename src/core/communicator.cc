@@ -774,14 +774,15 @@ void Communicator::fail(const Status& status, bool tellPeers) {
 
 void Communicator::dumpFlightRecorderAtDestroy(const char* call) {
   if (hasFailed() || !settings::current()->getBool("LOOM_FLIGHT_RECORDER_AT_DESTROY")) return;
-  dumpFlightRecorder(std::string(call) + " ended the communicator");
+  dumpFlightRecorder(std::string(call) + " ended the communicator", false);
 }
 
-void Communicator::dumpFlightRecorder(const std::string& reason) {
+void Communicator::dumpFlightRecorder(const std::string& reason, bool failing) {
   const std::string dir = settings::current()->getString("LOOM_FLIGHT_RECORDER_DIR");
   if (dir.empty() || flight_->capacity() == 0 || !flight_->identified() || forkedAway()) return;
   auto path = flight_->dump(dir, reason);
-  if (path.isOk()) LOOM_WARN("%s: flight recorder written to %s", describe().c_str(), path->c_str());
+  if (path.isOk() && failing) LOOM_WARN("%s: flight recorder written to %s", describe().c_str(), path->c_str());
+  else if (path.isOk()) LOOM_INFO(log::kInit, "%s: flight recorder written to %s", describe().c_str(), path->c_str());
   else LOOM_WARN("%s: flight recorder: %s", describe().c_str(), path.status().message().c_str());
 }
 
@@ -1115,11 +1116,7 @@ Status Communicator::split(CommRef parentRef, uint64_t ticket, int color, int ke
       if (decoded.isOk()) infos[size_t(r)] = std::move(decoded.value());
       else s = decoded.takeStatus().addContext(parent.bootstrap().describe(r) + "'s split entry");
     }
-    if (!s.isOk()) {
-      s = s.addContext(what);
-      if (!waiter->aborted() && !parent.aborted()) parent.fail(s, true);  // a peer that speaks another protocol
-      return s;
-    }
+    if (!s.isOk()) return parent.failMalformed(s.addContext(what), waiter->abortFlag());
   }
   if (!child) return Status::ok();
   std::vector<int> members;
@@ -1150,6 +1147,11 @@ Status Communicator::split(CommRef parentRef, uint64_t ticket, int color, int ke
   return s;
 }
 
+Status Communicator::failMalformed(Status s, const std::atomic<bool>* abort) {
+  if (!abort->load() && !aborted()) fail(s, true);
+  return s;
+}
+
 Result<std::vector<std::vector<uint8_t>>> Communicator::exchangeInTurn(TurnCall call, uint64_t ticket,
                                                                         std::span<const uint8_t> payload,
                                                                         Deadline deadline,
@@ -1160,7 +1162,6 @@ Result<std::vector<std::vector<uint8_t>>> Communicator::exchangeInTurn(TurnCall 
     uint32_t reserved;
     uint64_t ticket;
   };
-  if (payload.size() > kTurnPayloadBytes) return internalError(what + ": an exchange entry too large");
   const Header head{uint32_t(call), 0, ticket};
   std::vector<uint8_t> block(sizeof head);
   std::memcpy(block.data(), &head, sizeof head);
@@ -1171,7 +1172,8 @@ Result<std::vector<std::vector<uint8_t>>> Communicator::exchangeInTurn(TurnCall 
     struct Turn {
       Communicator* c;
       ~Turn() { c->finishSplitTurn(); }
-    } turn{this};
+    } turn{this};  // also when refused: the calls after it must not wait for it
+    if (payload.size() > kTurnPayloadBytes) return internalError(what + ": an exchange entry too large");
     std::lock_guard<BiasedMutex> lock(opMutex_);
     std::lock_guard<std::mutex> ring(ringMutex_);
     // A peer that failed (or died: its neighbours fail and tell everyone)
@@ -1199,7 +1201,7 @@ Result<std::vector<std::vector<uint8_t>>> Communicator::exchangeInTurn(TurnCall 
   for (int r = 0; r < nranks_; ++r) {
     std::vector<uint8_t>& b = blocks[size_t(r)];
     Header h{};
-    if (b.size() < sizeof h) return remoteError(what + ": " + describePeer(r) + " sent a short entry");
+    if (b.size() < sizeof h) return failMalformed(remoteError(what + ": " + describePeer(r) + " sent a short entry"), abort);
     std::memcpy(&h, b.data(), sizeof h);
     if (h.call != uint32_t(call)) {
       return invalidUsage(what + ": rank " + std::to_string(r) + " called " + callName(h.call) +
@@ -1276,9 +1278,11 @@ Status Communicator::agreeOnGrow(uint64_t ticket, int nranks, const std::vector<
                      Deadline::afterSeconds(options_.initTimeoutS), abort, what));
   std::vector<Entry> all(static_cast<size_t>(n));
   for (int r = 0; r < n; ++r) {
-    if (blocks[size_t(r)].size() != sizeof(Entry))
-      return remoteError(what + ": " + describePeer(r) + " sent a grow entry of " +
-                         std::to_string(blocks[size_t(r)].size()) + " bytes");
+    if (blocks[size_t(r)].size() != sizeof(Entry)) {
+      return failMalformed(remoteError(what + ": " + describePeer(r) + " sent a grow entry of " +
+                                       std::to_string(blocks[size_t(r)].size()) + " bytes"),
+                           abort);
+    }
     std::memcpy(&all[size_t(r)], blocks[size_t(r)].data(), sizeof(Entry));
   }
   // Every rank sees the same entries, so every rank decides alike.

@@ -359,8 +359,9 @@ class Communicator {
   // Rings and trees from every rank's place (the init table), logged in
   // NCCL's GRAPH style; NCCL_TOPO_DUMP_FILE written by each host's first rank.
   void scheduleFromTable();
-  // Into LOOM_FLIGHT_RECORDER_DIR, when it is set.
-  void dumpFlightRecorder(const std::string& reason);
+  // Into LOOM_FLIGHT_RECORDER_DIR, when it is set; logged as a warning
+  // when `failing`, else at INFO.
+  void dumpFlightRecorder(const std::string& reason, bool failing = true);
   void setState(State s);
   // grow()'s exchange over this communicator's ring: the id to join with.
   Status agreeOnGrow(uint64_t ticket, int nranks, const std::vector<uint8_t>& given, const std::atomic<bool>* abort,
@@ -376,6 +377,10 @@ class Communicator {
   Result<std::vector<std::vector<uint8_t>>> exchangeInTurn(TurnCall call, uint64_t ticket,
                                                            std::span<const uint8_t> payload, Deadline deadline,
                                                            const std::atomic<bool>* abort, const std::string& what);
+  // An entry of that exchange that this version cannot read: a peer that
+  // speaks another protocol. Fails the communicator (unless `abort` or an
+  // abort is under way) and returns s.
+  Status failMalformed(Status s, const std::atomic<bool>* abort);
   // Splits and grows: waits until `ticket` is the next one to run.
   Status waitSplitTurn(uint64_t ticket, const std::atomic<bool>* abort);
   void finishSplitTurn();

@@ -283,10 +283,8 @@ PlanRunner::PlanRunner(const Plan* plan, std::vector<std::byte*> buffers, kernel
     for (const Step& s : stream.steps) {
       if (s.out.valid()) written_ += s.bytes;
       if (s.out.buf == kRecvBuf) recvExtent_ = std::max(recvExtent_, s.out.offset + s.bytes);
-      if (s.local.buf == kSendBuf) {
-        sendRead_ += s.bytes;
-        sendExtent_ = std::max(sendExtent_, s.local.offset + s.bytes);
-      }
+      if (s.local.valid() && s.local.buf % 2 == 0) sendRead_ += s.bytes;  // send buffers: 0, 2, 4, ...
+      if (s.local.buf == kSendBuf) sendExtent_ = std::max(sendExtent_, s.local.offset + s.bytes);
     }
   }
   const std::string_view algorithm = plan_->algorithm;
@@ -971,10 +969,11 @@ Status PlanRunner::finish(const Step& step, StreamState& st) {
   ps.xfer.bytes = step.bytes;
   ps.xfer.memory = memoryOf(st, result);
   // Pageable host memory only: pinned staging slots and device memory may
-  // be mapped in ways process_vm_readv cannot read. Not when the receivers
-  // stream their output (streamOutput_, the same on every rank): a FIFO copy
-  // with streaming stores then beats the kernel's plain one (2-rank
-  // AllGather of 16 MiB: 1.4-2.4 -> 0.87-1.15 ms).
+  // be mapped in ways process_vm_readv cannot read. Not when this rank
+  // streams its output (streamOutput_: its receivers do too, unless their
+  // buffers differ in size or place): a FIFO copy with streaming stores
+  // then beats the kernel's plain one (2-rank AllGather of 16 MiB:
+  // 1.4-2.4 -> 0.87-1.15 ms). Either way the transfer works.
   ps.xfer.singleCopy = step.singleCopy && !streamOutput_ && ps.xfer.memory == transport::MemoryType::kHost;
   ps.xfer.pullAlways = ps.xfer.singleCopy && step.pullAlways;
   Connection* c = conn(st, step.sendPeer);

@@ -343,7 +343,7 @@ class PlanRunner {
   kernels::CpuKernelConfig outConfig_;
   bool streamOutput_ = false;
   // From the plan: bytes of results and of input read from the send
-  // buffer, and how far into each buffer they reach.
+  // buffers, and how far into a collective's two buffers they reach.
   size_t written_ = 0;
   size_t sendRead_ = 0;
   size_t recvExtent_ = 0;

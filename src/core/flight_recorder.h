@@ -61,7 +61,7 @@ class FlightRecorder {
   // at once; done: one that already finished, all three times now, a
   // single look at the clock, or enqueued and started at `since` when
   // given); returns its id for the calls below.
-  // record(), started() and finished() are the writer's: one thread at a
+  // record(), started(), finished() and skipped() are the writer's: one thread at a
   // time (a communicator calls them under its operation lock, or during
   // init before any operation may run: LOOM_CALIBRATE's shifts). The other
   // calls may come from any thread at any time.

@@ -578,10 +578,11 @@ Status runSingle(Communicator* c, const OpDesc& op) {
     const int64_t since = flightClockPrecise() ? wallMicros() : 0;
     lp->start(op);
     if (lp->finishSoon(c->cpusShared(), c->spinRounds())) {
-      // Recorded once done: one entry, one look at the clock. A dump
-      // taken meanwhile misses it; one that waits for a late rank is
-      // recorded as running when the engine takes it over below (its
-      // times lag by the wait so far).
+      // Recorded once done: one entry, one look at the clock (two with
+      // the precise clock). A dump taken meanwhile misses it; one that
+      // waits for a late rank is recorded as running when the engine
+      // takes it over below (with the tick clock, its times lag by the
+      // wait so far).
       recordCollective(c, op, seq, collSeq, FlightRecorder::State::kDone, since);
       return Status::ok();
     }

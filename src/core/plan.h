@@ -92,8 +92,7 @@ struct Plan {
   int nbuffers = 2;
   std::vector<Stream> streams;
   const char* algorithm = "";  // "ring", "chain", "direct", ...
-  // Collectives: ranks of the communicator on this rank's host, this one
-  // included. They share its caches: the executor weighs their buffers
+  // Ranks of the communicator on this rank's host, this one included. They share its caches: the executor weighs their buffers
   // against them (PlanRunner::chooseStreaming).
   int hostRanks = 1;
 };

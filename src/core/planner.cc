@@ -109,10 +109,13 @@ Result<Plan> planChannels(const OpDesc& op, const PlanParams& params) {
 
 Result<Plan> planCollective(const OpDesc& op, const PlanParams& params) {
   LOOM_ASSIGN_OR_RETURN(Plan plan, planChannels(op, params));
-  plan.hostRanks = params.hostOf.empty()
-                       ? params.nranks
-                       : int(std::count(params.hostOf.begin(), params.hostOf.end(), params.hostOf[size_t(params.rank)]));
+  plan.hostRanks = hostRanksOf(params);
   return plan;
+}
+
+int hostRanksOf(const PlanParams& params) {
+  if (params.hostOf.empty()) return params.nranks;
+  return int(std::count(params.hostOf.begin(), params.hostOf.end(), params.hostOf[size_t(params.rank)]));
 }
 
 std::string stepName(const Step& s) {

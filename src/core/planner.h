@@ -43,6 +43,8 @@ struct PlanParams {
 
 // A collective (AllReduce, AllGather, ReduceScatter, Broadcast, Reduce).
 Result<Plan> planCollective(const OpDesc& op, const PlanParams& params);
+// Plan::hostRanks: the ranks on params.rank's host (all of them without hostOf).
+int hostRanksOf(const PlanParams& params);
 // The point-to-point calls of one group on one communicator, merged: Send,
 // Recv, AllToAll, Gather and Scatter (the last three expand into sends and
 // receives). Op i uses buffers 2i (send side) and 2i+1 (receive side).

@@ -357,10 +357,10 @@ int writeTrace(const std::string& dir, const std::string& path) {
             ",\"root\":" + jsonString(o.root) + ",\"state\":" + jsonString(o.state) +
             (o.startUs > 0 ? ",\"queued_us\":" + std::to_string(o.startUs - o.enqueueUs) : std::string()) + "}";
         const std::string head = "{\"name\":" + jsonString(o.kind) + ",\"cat\":\"loom\"" + where;
-        if (o.startUs > 0 && o.endUs >= o.startUs) {
+        if (o.startUs > 0 && o.endUs > 0) {  // a clock stepped back reads as 0 us
           emit(head + ",\"ph\":\"X\",\"ts\":" + std::to_string(o.startUs - t0) +
-               ",\"dur\":" + std::to_string(o.endUs - o.startUs) + args + "}");
-          if (o.state == "done") stats[comm][o.signature()].us.push_back(o.endUs - o.startUs);
+               ",\"dur\":" + std::to_string(std::max(0LL, o.endUs - o.startUs)) + args + "}");
+          if (o.state == "done") stats[comm][o.signature()].us.push_back(std::max(0LL, o.endUs - o.startUs));
         } else if (o.startUs > 0) {  // still running when the file was written
           emit(head + ",\"ph\":\"B\",\"ts\":" + std::to_string(o.startUs - t0) + args + "}");
         } else {  // queued, or skipped: a mark where it was called
@@ -372,7 +372,8 @@ int writeTrace(const std::string& dir, const std::string& path) {
   }
   out += "\n]}\n";
   FILE* f = std::fopen(path.c_str(), "w");
-  if (!f || std::fwrite(out.data(), 1, out.size(), f) != out.size() || std::fclose(f) != 0) {
+  const bool written = f && std::fwrite(out.data(), 1, out.size(), f) == out.size();
+  if (!f || (std::fclose(f) != 0) | !written) {
     std::fprintf(stderr, "loom-info: cannot write %s\n", path.c_str());
     return 1;
   }

@@ -67,6 +67,7 @@ Result<Plan> planPointToPoint(std::span<const OpDesc> ops, const PlanParams& p) 
   plan.nranks = p.nranks;
   plan.nbuffers = int(ops.size()) * 2;
   plan.algorithm = "p2p";
+  plan.hostRanks = hostRanksOf(p);
   // Slices are whole elements of every type (8 bytes covers all of them).
   Builder b(&plan, std::max<size_t>(8, p.sliceBytes / 8 * 8));
   const int r = p.rank, n = p.nranks;
