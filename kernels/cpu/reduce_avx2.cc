@@ -260,7 +260,8 @@ struct Simd {
 }  // namespace
 
 const KernelTable* avx2Kernels() {
-  static const KernelTable table{&simdReduce, &simdStreamCopy};
+  static const KernelTable table{&cleanUpper<simdReduce, const ReduceCall&>,
+                                 &cleanUpper<simdStreamCopy, Byte*, const Byte*, size_t>};
   return &table;
 }
 

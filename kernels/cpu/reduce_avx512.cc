@@ -407,12 +407,14 @@ void reduceVbmi(const ReduceCall& c) {
 }  // namespace
 
 const KernelTable* avx512Kernels() {
-  static const KernelTable table{&simdReduce, &simdStreamCopy};
+  static const KernelTable table{&cleanUpper<simdReduce, const ReduceCall&>,
+                                 &cleanUpper<simdStreamCopy, Byte*, const Byte*, size_t>};
   return &table;
 }
 
 const KernelTable* avx512VbmiKernels() {
-  static const KernelTable table{&reduceVbmi, &simdStreamCopy};
+  static const KernelTable table{&cleanUpper<reduceVbmi, const ReduceCall&>,
+                                 &cleanUpper<simdStreamCopy, Byte*, const Byte*, size_t>};
   return &table;
 }
 
