@@ -442,7 +442,7 @@ Status Communicator::connectPeersAtInit() {
   // saying whether its own settings want it.
   if (mode_ == Mode::kHost && nranks_ > 1 && nranks_ <= transport::shm::kBoardMaxMembers && singleHost_) {
     const bool wanted = options_.latencyPath && tuning_.links == LinkClass::kSharedMemory;
-    LOOM_ASSIGN_OR_RETURN(latency_, LatencyPath::setup(*bootstrap_, rank_, nranks_, wanted, tuning_,
+    LOOM_ASSIGN_OR_RETURN(latency_, LatencyPath::setup(*bootstrap_, rank_, nranks_, wanted, cpusShared_, tuning_,
                                                        Deadline::afterSeconds(options_.initTimeoutS), &abort_));
     initTimes_.mark("board");
   }

@@ -38,10 +38,13 @@ size_t slotBytesFor(int nranks) {
 
 }  // namespace
 
-LatencyPath::LatencyPath(transport::shm::Board board, int rank, int nranks, const TuningContext& tuning)
+LatencyPath::LatencyPath(transport::shm::Board board, int rank, int nranks, bool cpusShared,
+                         const TuningContext& tuning)
     : board_(std::move(board)), rank_(rank), nranks_(nranks) {
+  lineStride_ = cpusShared ? 1 : kMaxInlineLines;
   for (int q = 0; q < nranks; ++q)
     if (q != rank) others_.push_back(q);
+  gather_.resize(size_t(nranks) * kMaxInlineLines * transport::shm::kBoardInlineBytes);
   // The board takes every operation its slots hold (it is the direct
   // algorithm without syscalls or connections), unless NCCL_ALGO leaves
   // direct out. Measured on 4, 8 and 16 ranks sharing 2 cores (AllReduce,
@@ -58,8 +61,8 @@ LatencyPath::LatencyPath(transport::shm::Board board, int rank, int nranks, cons
 }
 
 Result<std::unique_ptr<LatencyPath>> LatencyPath::setup(Bootstrap& bootstrap, int rank, int nranks, bool wanted,
-                                                        const TuningContext& tuning, Deadline deadline,
-                                                        const std::atomic<bool>* abort) {
+                                                        bool cpusShared, const TuningContext& tuning,
+                                                        Deadline deadline, const std::atomic<bool>* abort) {
   using transport::shm::Board;
   using transport::shm::BoardDescriptor;
   std::vector<BoardDescriptor> descs(static_cast<size_t>(nranks));
@@ -72,13 +75,16 @@ Result<std::unique_ptr<LatencyPath>> LatencyPath::setup(Bootstrap& bootstrap, in
   if (rank != 0 && wanted)
     board = descs[0].magic ? Board::open(descs[0]) : Result<Board>(remoteError("rank 0 has no board"));
   if (board.isOk()) board->join(rank);
-  // Bit 0: this rank has the board; bit 1: it can fence asymmetrically.
+  // Bit 0: this rank has the board; bit 1: it can fence asymmetrically;
+  // bit 2: its CPUs run other ranks too.
   std::vector<uint8_t> ok(static_cast<size_t>(nranks));
-  ok[size_t(rank)] = board.isOk() ? 1 | (AsymmetricFence::enable(FenceScope::kProcesses) ? 2 : 0) : 0;
+  ok[size_t(rank)] =
+      board.isOk() ? 1 | (AsymmetricFence::enable(FenceScope::kProcesses) ? 2 : 0) | (cpusShared ? 4 : 0) : 0;
   LOOM_TRY(bootstrap.allGather(ok.data(), 1, deadline, abort));
-  bool asymmetric = true;
+  bool asymmetric = true, anyShares = false;
   for (int r = 0; r < nranks; ++r) {
     asymmetric = asymmetric && (ok[size_t(r)] & 2);
+    anyShares = anyShares || (ok[size_t(r)] & 4);
     if (!ok[size_t(r)]) {
       LOOM_INFO(log::kInit, "rank %d: no shared-memory board (the latency path) because rank %d has none%s%s",
                 rank, r, r == rank ? ": " : "", r == rank ? board.status().message().c_str() : "");
@@ -89,7 +95,11 @@ Result<std::unique_ptr<LatencyPath>> LatencyPath::setup(Bootstrap& bootstrap, in
   board->setAsymmetricFence(asymmetric);
   board->closeShared();
   board->watchMembers();
-  return std::unique_ptr<LatencyPath>(new LatencyPath(std::move(board.value()), rank, nranks, tuning));
+  std::unique_ptr<LatencyPath> path(new LatencyPath(std::move(board.value()), rank, nranks, anyShares, tuning));
+  LOOM_INFO(log::kInit, "rank %d: latency path on a shared-memory board: %zu-byte slots, inline data up to %zu bytes%s",
+            rank, path->slotBytes(), size_t(path->lineStride_) * transport::shm::kBoardInlineBytes,
+            anyShares ? " (ranks share CPUs: one line)" : "");
+  return path;
 }
 
 bool LatencyPath::takes(const OpDesc& op) const {
@@ -102,7 +112,7 @@ bool LatencyPath::takes(const OpDesc& op) const {
 }
 
 bool LatencyPath::arrived() const {
-  return waitsForStamp() ? board_.inlineStamped(place_, waiting_, want_) : board_.seen(waiting_) >= want_;
+  return waitsForStamp() ? board_.inlineStamped(place_, waiting_, waitAt_, want_) : board_.seen(waiting_) >= want_;
 }
 
 bool LatencyPath::waitBriefly(bool cpusShared, int spinRounds) const {
@@ -113,7 +123,8 @@ bool LatencyPath::waitBriefly(bool cpusShared, int spinRounds) const {
   if (!cpusShared) {
     for (int left = spinRounds * 8; left > 0; left -= kSpinChunk) {
       const int spins = std::min(left, kSpinChunk);
-      if (waitsForStamp() ? board_.waitInline(place_, waiting_, want_, spins) : board_.wait(waiting_, want_, spins, 0))
+      if (waitsForStamp() ? board_.waitInline(place_, waiting_, waitAt_, want_, spins)
+                          : board_.wait(waiting_, want_, spins, 0))
         return true;
       if (yieldSawOthers()) return arrived();
     }
@@ -141,11 +152,14 @@ void LatencyPath::start(const OpDesc& op) {
   // The largest contribution any rank writes (the same on every rank).
   const size_t bytes = op.count * kernels::dataTypeSize(op.type);
   const size_t most = op.kind == OpKind::kReduceScatter ? bytes * size_t(nranks_) : bytes;
-  inline_ = most <= transport::shm::kBoardInlineBytes;
+  using transport::shm::kBoardInlineBytes;
+  inline_ = most <= size_t(lineStride_) * kBoardInlineBytes;
   place_ = transport::shm::inlinePlaceFor(most);
+  lines_ = place_ == transport::shm::InlinePlace::kCell ? 1 : int((most + kBoardInlineBytes - 1) / kBoardInlineBytes);
+  inlineBytes_ = most;
 }
 
-bool LatencyPath::allPublished(const std::vector<int>& peers, uint64_t want) {
+bool LatencyPath::allPublished(std::span<const int> peers, uint64_t want) {
   for (int q : peers) {
     uint64_t& known = known_[size_t(q)];
     if (known >= want) continue;
@@ -160,12 +174,15 @@ bool LatencyPath::allPublished(const std::vector<int>& peers, uint64_t want) {
   return true;
 }
 
-bool LatencyPath::allStamped(const std::vector<int>& peers) {
+bool LatencyPath::allStamped(std::span<const int> peers) {
   for (int q : peers) {
-    if (!board_.inlineStamped(place_, q, s_)) {
-      waiting_ = q;
-      want_ = s_;
-      return false;
+    for (int j = 0; j < lines_; ++j) {
+      if (!board_.inlineStamped(place_, q, inlineAt(j), s_)) {
+        waiting_ = q;
+        waitAt_ = inlineAt(j);
+        want_ = s_;
+        return false;
+      }
     }
     // It stamped s_ after it finished s_ - 1, which it published.
     known_[size_t(q)] = std::max(known_[size_t(q)], s_ - 1);
@@ -187,17 +204,25 @@ void LatencyPath::publish() {
                               : op.kind == OpKind::kBroadcast && rank_ != op.root ? 0
                                                                                    : bytes;
   if (contribution) {
-    std::byte* mine = inline_ ? board_.inlineData(place_, rank_, s_) : board_.data(rank_, s_);
-    if (isReducing(op.kind) && op.reduction.op == kernels::RedOp::kPreMulSum) {
-      kernels::Reduction red = op.reduction;
-      if (op.scalarPtr) std::memcpy(&red.scalar, op.scalarPtr, es);
-      kernels::reduce(red, mine, nullptr, 0, send, contribution / es, false);
-    } else if (inline_) {
-      kernels::copySmall(mine, send, contribution);
+    const bool premultiply = isReducing(op.kind) && op.reduction.op == kernels::RedOp::kPreMulSum;
+    kernels::Reduction red = op.reduction;
+    if (premultiply && op.scalarPtr) std::memcpy(&red.scalar, op.scalarPtr, es);
+    if (inline_) {
+      // Line by line (whole elements: 56 bytes hold 1, 2, 4 or 8-byte
+      // ones), each stamped once its data is in.
+      for (int j = 0; j < lines_; ++j) {
+        const size_t at = size_t(j) * transport::shm::kBoardInlineBytes;
+        const size_t n = std::min(transport::shm::kBoardInlineBytes, contribution - at);
+        std::byte* mine = board_.inlineData(place_, rank_, inlineAt(j));
+        if (premultiply) kernels::reduce(red, mine, nullptr, 0, send + at, n / es, false);
+        else kernels::copySmall(mine, send + at, n);
+        board_.stampInline(place_, rank_, inlineAt(j), s_);
+      }
     } else {
-      handoff_.copy(mine, send, contribution);
+      std::byte* mine = board_.data(rank_, s_);
+      if (premultiply) kernels::reduce(red, mine, nullptr, 0, send, contribution / es, false);
+      else handoff_.copy(mine, send, contribution);
     }
-    if (inline_) board_.stampInline(place_, rank_, s_);
   }
   board_.publish(rank_, s_);
   // AllGather out of place: its own block now, while the peers' arrive
@@ -206,6 +231,18 @@ void LatencyPath::publish() {
     std::byte* own = static_cast<std::byte*>(op.recvbuf) + size_t(rank_) * bytes;
     if (own != send) std::memcpy(own, send, bytes);
   }
+}
+
+const std::byte* LatencyPath::dataOf(int q) {
+  using transport::shm::kBoardInlineBytes;
+  if (!inline_) return board_.data(q, s_);
+  if (lines_ == 1) return board_.inlineData(place_, q, inlineAt(0));
+  std::byte* to = gather_.data() + size_t(q) * kMaxInlineLines * kBoardInlineBytes;
+  for (int j = 0; j < lines_; ++j) {
+    const size_t at = size_t(j) * kBoardInlineBytes;
+    std::memcpy(to + at, board_.inlineData(place_, q, inlineAt(j)), std::min(kBoardInlineBytes, inlineBytes_ - at));
+  }
+  return to;
 }
 
 void LatencyPath::finish() {
@@ -255,7 +292,12 @@ bool LatencyPath::step(bool* progressed) {
     // readers: 4 ranks on 2 cores, 8 B, from 0.75-1.0 us with 8 inline
     // lines to 0.34-0.52 with 64 and 0.24-0.28 with 1024 (fewer switches
     // between the ranks sharing a core); 8 ranks 0.61-0.99 -> 0.46-0.69.
-    const uint64_t lead = inline_ ? transport::shm::inlineTurns(place_) : transport::shm::kBoardSlots;
+    // Operations take lineStride_ lines each, so lines come round after
+    // inlineTurns() / lineStride_ operations.
+    const uint64_t lead = !inline_ ? transport::shm::kBoardSlots
+                          : place_ == transport::shm::InlinePlace::kCell
+                              ? transport::shm::inlineTurns(place_)
+                              : transport::shm::inlineTurns(place_) / uint64_t(lineStride_);
     if (s_ > lead && !allPublished(others_, s_ - lead + 1)) return false;
     publish();
     phase_ = Phase::kRead;
@@ -267,9 +309,8 @@ bool LatencyPath::step(bool* progressed) {
                           op.kind == OpKind::kAllGather || (op.kind == OpKind::kReduce && rank_ == op.root);
     if (readsAll && !(inline_ ? allStamped(others_) : allPublished(others_, s_))) return false;
     if (op.kind == OpKind::kBroadcast && rank_ != op.root) {
-      waiting_ = op.root;
-      want_ = s_;
-      if (!arrived()) return false;
+      const int root[] = {op.root};
+      if (!(inline_ ? allStamped(root) : allPublished(root, s_))) return false;
     }
     finish();
     phase_ = Phase::kDone;

@@ -209,12 +209,12 @@ void Board::publish(int member, uint64_t seq) const {
   if (l->waiters.load(std::memory_order_relaxed) != 0) futex(&l->seq, FUTEX_WAKE, INT_MAX, nullptr);
 }
 
-bool Board::waitInline(InlinePlace p, int m, uint64_t seq, int spins) const {
+bool Board::waitInline(InlinePlace p, int m, uint64_t at, uint64_t seq, int spins) const {
   for (int i = 0; i < spins; ++i) {
-    if (inlineStamped(p, m, seq)) return true;
+    if (inlineStamped(p, m, at, seq)) return true;
     cpuRelax();
   }
-  return inlineStamped(p, m, seq);
+  return inlineStamped(p, m, at, seq);
 }
 
 bool Board::wait(int m, uint64_t want, int spins, int sleepMs) const {

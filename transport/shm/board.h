@@ -73,7 +73,7 @@ enum class InlinePlace : uint8_t { kLine, kCell };
 inline constexpr InlinePlace inlinePlaceFor(size_t bytes) {
   return bytes <= kBoardCellBytes ? InlinePlace::kCell : InlinePlace::kLine;
 }
-// How many operations use a member's lines (or cells) in turn.
+// How many lines (or cells) a member has to use in turn.
 inline constexpr uint64_t inlineTurns(InlinePlace p) {
   return p == InlinePlace::kCell ? kBoardCells : kBoardInlineSlots;
 }
@@ -114,22 +114,25 @@ class Board {
            (size_t(member) * kBoardSlots + size_t(seq % kBoardSlots)) * slotBytes_;
   }
   // Small data: inline lines (or cells) per member, used in turn, each
-  // holding up to kBoardInlineBytes (kBoardCellBytes) and a stamp. The
-  // writer fills inlineData(), then stamps it with stampInline() before it
-  // publish()es `seq`; a reader that sees inlineStamped() reads the data
-  // from the line it just fetched. publish() still follows: slot reuse and
-  // sleepers use it. Lines and cells are apart: an operation may use either.
-  std::byte* inlineData(InlinePlace p, int member, uint64_t seq) const {
-    return entryOf(p, member, seq) + offsetof(InlineCell, data);
+  // holding up to kBoardInlineBytes (kBoardCellBytes) and a stamp; `at`
+  // picks one (modulo their number: kBoardInlineSlots lines, kBoardCells
+  // cells). The writer fills inlineData(), then stamps it with the
+  // operation's `seq` (stampInline()) before it publish()es `seq`; a reader
+  // that sees inlineStamped() reads the data from the line it just fetched.
+  // An operation may spread its data over several lines, each stamped.
+  // publish() still follows: slot reuse and sleepers use it. Lines and
+  // cells are apart: an operation may use either.
+  std::byte* inlineData(InlinePlace p, int member, uint64_t at) const {
+    return entryOf(p, member, at) + offsetof(InlineCell, data);
   }
-  void stampInline(InlinePlace p, int member, uint64_t seq) const {
-    stampOf(p, member, seq)->store(seq, std::memory_order_release);
+  void stampInline(InlinePlace p, int member, uint64_t at, uint64_t seq) const {
+    stampOf(p, member, at)->store(seq, std::memory_order_release);
   }
-  bool inlineStamped(InlinePlace p, int member, uint64_t seq) const {
-    return stampOf(p, member, seq)->load(std::memory_order_acquire) == seq;
+  bool inlineStamped(InlinePlace p, int member, uint64_t at, uint64_t seq) const {
+    return stampOf(p, member, at)->load(std::memory_order_acquire) == seq;
   }
-  // Spins up to `spins` rounds until member `m` stamped `seq`.
-  bool waitInline(InlinePlace p, int m, uint64_t seq, int spins) const;
+  // Spins up to `spins` rounds until member `m` stamped `seq` at `at`.
+  bool waitInline(InlinePlace p, int m, uint64_t at, uint64_t seq, int spins) const;
   // Member `member` finished writing its data for operation `seq`.
   void publish(int member, uint64_t seq) const;
   // Every member agreed to fence asymmetrically (each registered with
@@ -165,15 +168,15 @@ class Board {
   Line* line(int m) const { return reinterpret_cast<Line*>(static_cast<std::byte*>(map_.get()) + kPageBytes) + m; }
   // The start of a line or cell: its stamp, then its data (at the same
   // offset in both).
-  std::byte* entryOf(InlinePlace p, int m, uint64_t seq) const {
+  std::byte* entryOf(InlinePlace p, int m, uint64_t at) const {
     auto* base = static_cast<std::byte*>(map_.get());
     if (p == InlinePlace::kCell) {
-      return base + cellOffset_ + (size_t(m) * kBoardCells + size_t(seq % kBoardCells)) * sizeof(InlineCell);
+      return base + cellOffset_ + (size_t(m) * kBoardCells + size_t(at % kBoardCells)) * sizeof(InlineCell);
     }
-    return base + 2 * kPageBytes + (size_t(m) * kBoardInlineSlots + size_t(seq % kBoardInlineSlots)) * sizeof(InlineLine);
+    return base + 2 * kPageBytes + (size_t(m) * kBoardInlineSlots + size_t(at % kBoardInlineSlots)) * sizeof(InlineLine);
   }
-  std::atomic<uint64_t>* stampOf(InlinePlace p, int m, uint64_t seq) const {
-    return reinterpret_cast<std::atomic<uint64_t>*>(entryOf(p, m, seq));
+  std::atomic<uint64_t>* stampOf(InlinePlace p, int m, uint64_t at) const {
+    return reinterpret_cast<std::atomic<uint64_t>*>(entryOf(p, m, at));
   }
 
   Mapping map_;

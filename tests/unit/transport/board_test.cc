@@ -81,7 +81,7 @@ TEST(Board, InlineLinesAndCellsCarrySmallDataWithTheirStamp) {
   for (InlinePlace p : {InlinePlace::kLine, InlinePlace::kCell}) {
     const size_t bytes = p == InlinePlace::kLine ? kBoardInlineBytes : kBoardCellBytes;
     SCOPED_TRACE(p == InlinePlace::kLine ? "lines" : "cells");
-    EXPECT_FALSE(leader->inlineStamped(p, 1, 1));  // fresh ones hold stamp 0
+    EXPECT_FALSE(leader->inlineStamped(p, 1, 1, 1));  // fresh ones hold stamp 0
     for (int m = 0; m < 3; ++m) {
       for (uint64_t s = 1; s <= inlineTurns(p); ++s) {
         const std::byte* data = leader->inlineData(p, m, s);
@@ -90,16 +90,16 @@ TEST(Board, InlineLinesAndCellsCarrySmallDataWithTheirStamp) {
       }
     }
     std::memcpy(other->inlineData(p, 1, 3), "inline", 7);
-    EXPECT_FALSE(leader->inlineStamped(p, 1, 3));
-    other->stampInline(p, 1, 3);
-    EXPECT_TRUE(leader->inlineStamped(p, 1, 3));
-    EXPECT_TRUE(leader->waitInline(p, 1, 3, 0));
+    EXPECT_FALSE(leader->inlineStamped(p, 1, 3, 3));
+    other->stampInline(p, 1, 3, 3);
+    EXPECT_TRUE(leader->inlineStamped(p, 1, 3, 3));
+    EXPECT_TRUE(leader->waitInline(p, 1, 3, 3, 0));
     EXPECT_STREQ(reinterpret_cast<const char*>(leader->inlineData(p, 1, 3)), "inline");
-    EXPECT_FALSE(leader->inlineStamped(p, 1, 3 + inlineTurns(p)));  // the same place, a later operation
-    EXPECT_FALSE(leader->waitInline(p, 1, 4, 10));
-    other->stampInline(p, 1, 3 + inlineTurns(p));
-    EXPECT_TRUE(leader->inlineStamped(p, 1, 3 + inlineTurns(p)));
-    EXPECT_FALSE(leader->inlineStamped(p, 1, 3));
+    EXPECT_FALSE(leader->inlineStamped(p, 1, 3, 3 + inlineTurns(p)));  // the same place, a later operation
+    EXPECT_FALSE(leader->waitInline(p, 1, 4, 4, 10));
+    other->stampInline(p, 1, 3 + inlineTurns(p), 3 + inlineTurns(p));
+    EXPECT_TRUE(leader->inlineStamped(p, 1, 3 + inlineTurns(p), 3 + inlineTurns(p)));
+    EXPECT_FALSE(leader->inlineStamped(p, 1, 3, 3));
   }
   std::sort(ranges.begin(), ranges.end());
   for (size_t i = 1; i < ranges.size(); ++i) EXPECT_LE(ranges[i - 1].second, ranges[i].first) << i;
