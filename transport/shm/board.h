@@ -4,18 +4,18 @@
 // Each member has a sequence word on a cache line of its own,
 // kBoardSlots data slots used in turn (operation s uses slot s %
 // kBoardSlots), kBoardInlineSlots cache lines used in turn for data that
-// fits in one line beside a stamp, and kBoardCells 16-byte cells, four to a
-// line, for data of at most 8 bytes (inlineData). A member writes its data
-// for operation s into its slot (or its inline line or cell, then stamps it
-// with s), then publishes s; readers wait until a member's sequence (or the
-// stamp) reaches s and read the slot (or the line they just fetched). A
-// member publishes s only after it finished operation s-1, so once every
-// member has published s - kBoardSlots + 1, nobody reads the slot of
-// s - kBoardSlots any more and it can be reused for s (inline lines: s -
-// kBoardInlineSlots + 1; cells: s - kBoardCells + 1): a member that only
-// writes (a Broadcast's root) can run that many operations, less one, ahead
-// of its readers, and its readers then fetch one line per four tiny
-// operations. No system
+// fits in a few lines beside a stamp each, and kBoardCells 16-byte cells,
+// four to a line, for data of at most 8 bytes (inlineData). A member writes
+// its data for operation s into its slot (or its inline lines or cell,
+// then stamps each with s), then publishes s; readers wait until a member's
+// sequence (or the stamps) reach s and read the slot (or the lines they
+// just fetched). A member publishes s only after it finished operation
+// s-1, so once every member has published s - kBoardSlots + 1, nobody
+// reads the slot of s - kBoardSlots any more and it can be reused for s
+// (inline lines, k per operation: s - kBoardInlineSlots / k + 1; cells:
+// s - kBoardCells + 1): a member that only writes (a Broadcast's root) can
+// run that many operations, less one, ahead of its readers, and its
+// readers then fetch one line per four tiny operations. No system
 // call on the fast path: publishing is a store, waiting is a spin on a
 // cache line. A waiter that runs out of spins sleeps on a futex on the
 // sequence word's low half (FUTEX_WAIT on shared memory), and a publisher

@@ -101,6 +101,14 @@ TEST(Board, InlineLinesAndCellsCarrySmallDataWithTheirStamp) {
     EXPECT_TRUE(leader->inlineStamped(p, 1, 3 + inlineTurns(p), 3 + inlineTurns(p)));
     EXPECT_FALSE(leader->inlineStamped(p, 1, 3, 3));
   }
+  // An operation may spread its data over several lines: the place and the
+  // operation a stamp names are apart.
+  std::memcpy(other->inlineData(InlinePlace::kLine, 1, 5 * 7 + 4), "fifth", 6);
+  other->stampInline(InlinePlace::kLine, 1, 5 * 7 + 4, 7);
+  EXPECT_TRUE(leader->inlineStamped(InlinePlace::kLine, 1, 5 * 7 + 4, 7));
+  EXPECT_FALSE(leader->inlineStamped(InlinePlace::kLine, 1, 7, 7));
+  EXPECT_FALSE(leader->inlineStamped(InlinePlace::kLine, 1, 5 * 7 + 4, 5 * 7 + 4));
+  EXPECT_STREQ(reinterpret_cast<const char*>(leader->inlineData(InlinePlace::kLine, 1, 5 * 7 + 4)), "fifth");
   std::sort(ranges.begin(), ranges.end());
   for (size_t i = 1; i < ranges.size(); ++i) EXPECT_LE(ranges[i - 1].second, ranges[i].first) << i;
   const auto lineOf = [&](uint64_t s) { return uintptr_t(leader->inlineData(InlinePlace::kCell, 2, s)) / 64; };
