@@ -107,24 +107,17 @@ void FlightRecorder::started(uint64_t id) {
   }
 }
 
-void FlightRecorder::finished(uint64_t id, bool ok) {
-  if (id == 0) return;
-  const int64_t now = wallMicros();
-  if (Slot* slot = find(id)) {
-    rewrite(*slot, [&] {
-      slot->state.store(ok ? State::kDone : State::kFailed, std::memory_order_relaxed);
-      slot->endUs.store(now, std::memory_order_relaxed);
-    });
-  }
-}
+void FlightRecorder::finished(uint64_t id, bool ok) { end(id, ok ? State::kDone : State::kFailed); }
 
-void FlightRecorder::skipped(uint64_t id) {
+void FlightRecorder::skipped(uint64_t id) { end(id, State::kSkipped); }
+
+void FlightRecorder::end(uint64_t id, State state) {
   if (id == 0) return;
   const int64_t now = wallMicros();
   if (Slot* slot = find(id)) {
     rewrite(*slot, [&] {
-      slot->state.store(State::kSkipped, std::memory_order_relaxed);
-      slot->collSeq.store(0, std::memory_order_relaxed);
+      slot->state.store(state, std::memory_order_relaxed);
+      if (state == State::kSkipped) slot->collSeq.store(0, std::memory_order_relaxed);
       slot->endUs.store(now, std::memory_order_relaxed);
     });
   }
@@ -183,9 +176,7 @@ std::vector<FlightRecorder::Entry> FlightRecorder::snapshot() const {
   return out;
 }
 
-namespace {
-
-std::string quoted(const std::string& s) {
+std::string jsonQuoted(const std::string& s) {
   std::string out = "\"";
   for (char c : s) {
     if (c == '"' || c == '\\') {
@@ -202,8 +193,6 @@ std::string quoted(const std::string& s) {
   return out + "\"";
 }
 
-}  // namespace
-
 std::string FlightRecorder::toJson(const std::string& reason) const {
   Identity id;
   {
@@ -213,7 +202,7 @@ std::string FlightRecorder::toJson(const std::string& reason) const {
   char buf[512];
   std::snprintf(buf, sizeof buf, "{\"loom_flight_recorder\":1,\"comm\":\"%016llx\",\"rank\":%d,\"nranks\":%d,\"host\":",
                 static_cast<unsigned long long>(id.commHash), id.rank, id.nranks);
-  std::string out = buf + quoted(id.host) + ",\"pid\":" + std::to_string(getpid()) + ",\"reason\":" + quoted(reason) + "}\n";
+  std::string out = buf + jsonQuoted(id.host) + ",\"pid\":" + std::to_string(getpid()) + ",\"reason\":" + jsonQuoted(reason) + "}\n";
   for (const Entry& e : snapshot()) {
     std::snprintf(buf, sizeof buf,
                   "{\"seq\":%llu,\"coll\":%llu,\"kind\":\"%s\",\"count\":%llu,\"type\":\"%s\",\"op\":\"%s\",\"root\":%d,\"state\":\"%s\","

@@ -97,6 +97,8 @@ class FlightRecorder {
     std::atomic<State> state{State::kQueued};
     std::atomic<int64_t> enqueueUs{0}, startUs{0}, endUs{0};
   };
+  // finished() and skipped(): the state and the end time.
+  void end(uint64_t id, State state);
   // The writer's: the slot of `id`, or null once overwritten (or for 0).
   Slot* find(uint64_t id) const;
   // A consistent copy of `slot`, if it still holds entry `id`.
@@ -114,6 +116,9 @@ class FlightRecorder {
 };
 
 const char* flightStateName(FlightRecorder::State s);
+// `s` as a JSON string literal (quotes, escapes), as the recorder's files
+// write their text fields.
+std::string jsonQuoted(const std::string& s);
 // The recorders' clock: Unix microseconds, from the kernel's tick unless
 // LOOM_FLIGHT_RECORDER_PRECISE (flightClockPrecise(), read once) asks for
 // the precise clock.

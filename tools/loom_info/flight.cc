@@ -11,8 +11,12 @@
 #include <string>
 #include <vector>
 
+#include "core/flight_recorder.h"
+
 namespace loom::info {
 namespace {
+
+using core::jsonQuoted;
 
 // One line of the file: a flat JSON object of strings and integers.
 using Fields = std::map<std::string, std::string>;
@@ -185,23 +189,6 @@ bool readFlightFiles(const std::string& dir, Comms* out, size_t* files) {
   return true;
 }
 
-std::string jsonString(const std::string& s) {
-  std::string out = "\"";
-  for (char ch : s) {
-    if (ch == '"' || ch == '\\') {
-      out += '\\';
-      out += ch;
-    } else if (static_cast<unsigned char>(ch) < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", ch);
-      out += buf;
-    } else {
-      out += ch;
-    }
-  }
-  return out + "\"";
-}
-
 }  // namespace
 
 int mergeFlight(const std::string& dir) {
@@ -324,7 +311,7 @@ int writeTrace(const std::string& dir, const std::string& path) {
       for (const Op& o : f.ops)
         if (o.enqueueUs > 0 && (t0 == 0 || o.enqueueUs < t0)) t0 = o.enqueueUs;
   std::string out = "{\"otherData\":{\"t0_unix_us\":" + std::to_string(t0) +
-                    ",\"source\":" + jsonString(dir) + "},\"traceEvents\":[";
+                    ",\"source\":" + jsonQuoted(dir) + "},\"traceEvents\":[";
   bool firstEvent = true;
   auto emit = [&](const std::string& event) {
     out += (firstEvent ? "\n" : ",\n") + event;
@@ -344,19 +331,19 @@ int writeTrace(const std::string& dir, const std::string& path) {
       const int pid = it->second;
       if (fresh) {
         emit("{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":" + std::to_string(pid) +
-             ",\"args\":{\"name\":" + jsonString("host " + f.host + ", pid " + f.pid) + "}}");
+             ",\"args\":{\"name\":" + jsonQuoted("host " + f.host + ", pid " + f.pid) + "}}");
       }
       const int tid = ++rowsOf[pid];
       const std::string where = ",\"pid\":" + std::to_string(pid) + ",\"tid\":" + std::to_string(tid);
       emit("{\"name\":\"thread_name\",\"ph\":\"M\"" + where + ",\"args\":{\"name\":" +
-           jsonString("comm " + comm + " rank " + std::to_string(r) + "/" + std::to_string(f.nranks)) + "}}");
+           jsonQuoted("comm " + comm + " rank " + std::to_string(r) + "/" + std::to_string(f.nranks)) + "}}");
       for (const Op& o : f.ops) {
         const std::string args =
             ",\"args\":{\"seq\":" + std::to_string(o.seq) + ",\"coll\":" + std::to_string(o.coll) +
-            ",\"count\":" + jsonString(o.count) + ",\"type\":" + jsonString(o.type) + ",\"op\":" + jsonString(o.op) +
-            ",\"root\":" + jsonString(o.root) + ",\"state\":" + jsonString(o.state) +
+            ",\"count\":" + jsonQuoted(o.count) + ",\"type\":" + jsonQuoted(o.type) + ",\"op\":" + jsonQuoted(o.op) +
+            ",\"root\":" + jsonQuoted(o.root) + ",\"state\":" + jsonQuoted(o.state) +
             (o.startUs > 0 ? ",\"queued_us\":" + std::to_string(o.startUs - o.enqueueUs) : std::string()) + "}";
-        const std::string head = "{\"name\":" + jsonString(o.kind) + ",\"cat\":\"loom\"" + where;
+        const std::string head = "{\"name\":" + jsonQuoted(o.kind) + ",\"cat\":\"loom\"" + where;
         if (o.startUs > 0 && o.endUs > 0) {  // a clock stepped back reads as 0 us
           emit(head + ",\"ph\":\"X\",\"ts\":" + std::to_string(o.startUs - t0) +
                ",\"dur\":" + std::to_string(std::max(0LL, o.endUs - o.startUs)) + args + "}");
