@@ -155,7 +155,7 @@ void LatencyPath::start(const OpDesc& op) {
   using transport::shm::kBoardInlineBytes;
   inline_ = most <= size_t(lineStride_) * kBoardInlineBytes;
   place_ = transport::shm::inlinePlaceFor(most);
-  lines_ = place_ == transport::shm::InlinePlace::kCell ? 1 : int((most + kBoardInlineBytes - 1) / kBoardInlineBytes);
+  lines_ = int((most + kBoardInlineBytes - 1) / kBoardInlineBytes);  // a cell's data is one line's at most
   inlineBytes_ = most;
 }
 
@@ -292,12 +292,10 @@ bool LatencyPath::step(bool* progressed) {
     // readers: 4 ranks on 2 cores, 8 B, from 0.75-1.0 us with 8 inline
     // lines to 0.34-0.52 with 64 and 0.24-0.28 with 1024 (fewer switches
     // between the ranks sharing a core); 8 ranks 0.61-0.99 -> 0.46-0.69.
-    // Operations take lineStride_ lines each, so lines come round after
-    // inlineTurns() / lineStride_ operations.
-    const uint64_t lead = !inline_ ? transport::shm::kBoardSlots
-                          : place_ == transport::shm::InlinePlace::kCell
-                              ? transport::shm::inlineTurns(place_)
-                              : transport::shm::inlineTurns(place_) / uint64_t(lineStride_);
+    // Operations take inlineStride() lines each, so lines come round after
+    // inlineTurns() / inlineStride() operations.
+    const uint64_t lead =
+        inline_ ? transport::shm::inlineTurns(place_) / inlineStride() : transport::shm::kBoardSlots;
     if (s_ > lead && !allPublished(others_, s_ - lead + 1)) return false;
     publish();
     phase_ = Phase::kRead;

@@ -80,10 +80,12 @@ class LatencyPath {
   // whether that is a stamp (inline data being read) or a sequence.
   bool arrived() const;
   bool waitsForStamp() const { return inline_ && phase_ == Phase::kRead; }
-  // Where line j of the current operation's inline data sits (cells: one).
-  uint64_t inlineAt(int j) const {
-    return place_ == transport::shm::InlinePlace::kCell ? s_ : s_ * uint64_t(lineStride_) + uint64_t(j);
+  // Inline places the current operation may take per rank (cells: one),
+  // and where its j-th sits.
+  uint64_t inlineStride() const {
+    return place_ == transport::shm::InlinePlace::kCell ? 1 : uint64_t(lineStride_);
   }
+  uint64_t inlineAt(int j) const { return s_ * inlineStride() + uint64_t(j); }
   // Rank q's contribution, contiguous (gathered from its lines into
   // gather_ when it spans several).
   const std::byte* dataOf(int q);

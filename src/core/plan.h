@@ -92,8 +92,9 @@ struct Plan {
   int nbuffers = 2;
   std::vector<Stream> streams;
   const char* algorithm = "";  // "ring", "chain", "direct", ...
-  // Ranks of the communicator on this rank's host, this one included. They share its caches: the executor weighs their buffers
-  // against them (PlanRunner::chooseStreaming).
+  // Ranks of the communicator on this rank's host, this one included.
+  // They share its caches: the executor weighs their buffers against them
+  // (PlanRunner::chooseStreaming).
   int hostRanks = 1;
 };
 
