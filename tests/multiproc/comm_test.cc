@@ -459,18 +459,9 @@ TEST(CommFeatures, CollectiveCheckKeepsTheFlightRecordersInStep) {
   });
   for (int r = 0; r < 2; ++r) {
     std::string lines;
-    DIR* d = ::opendir(dir);
-    ASSERT_NE(d, nullptr);
-    while (dirent* e = ::readdir(d)) {
-      const std::string name = e->d_name;
-      if (name.find("-rank" + std::to_string(r) + ".json") == std::string::npos) continue;
-      FILE* f = std::fopen((std::string(dir) + "/" + name).c_str(), "r");
-      ASSERT_NE(f, nullptr);
-      char buf[1024];
-      while (std::fgets(buf, sizeof buf, f)) lines += buf;
-      std::fclose(f);
-    }
-    ::closedir(d);
+    for (const std::string& path : flightFiles(dir))
+      if (path.find("-rank" + std::to_string(r) + ".json") != std::string::npos) lines += readText(path);
+    ASSERT_FALSE(lines.empty()) << "no recorder file from rank " << r << " in " << dir;
     SCOPED_TRACE("rank " + std::to_string(r) + "'s recorder:\n" + lines);
     auto count = [&](const std::string& what) {
       size_t n = 0;

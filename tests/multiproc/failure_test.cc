@@ -336,12 +336,7 @@ TEST_F(FailureTest, FlightRecorderDumpsOnTimeoutAndSignalAndNamesTheRankBehind) 
     ASSERT_TRUE(k->wait(kEndsWithinS)) << k->output();
     EXPECT_EQ(k->status(), 0) << k->output();  // the signal did not end rank 1
   }
-  std::vector<std::string> files;
-  if (DIR* d = opendir(dir)) {
-    while (dirent* e = readdir(d))
-      if (std::string(e->d_name).rfind("loom-flight-", 0) == 0) files.push_back(std::string(dir) + "/" + e->d_name);
-    closedir(d);
-  }
+  const std::vector<std::string> files = flightFiles(dir);
   EXPECT_EQ(files.size(), 3u);
   auto merged = ChildProcess::start(LOOM_INFO_PATH, {"--flight", dir}, {});
   ASSERT_NE(merged, nullptr);
@@ -418,12 +413,7 @@ TEST_F(FailureTest, FlightMergeFindsDifferentOperationsAtOneSequenceNumber) {
   EXPECT_NE(trace->output().find("7 operation(s) from 3 file(s), 1 communicator(s)"), std::string::npos)
       << trace->output();
   EXPECT_NE(trace->output().find("AllReduce 8 x float sum"), std::string::npos) << trace->output();
-  std::string json;
-  if (FILE* f = std::fopen(tracePath.c_str(), "r")) {
-    char buf[4096];
-    for (size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) json.append(buf, n);
-    std::fclose(f);
-  }
+  const std::string json = readText(tracePath);
   EXPECT_NE(json.find("\"name\":\"AllReduce\",\"cat\":\"loom\",\"pid\":1,\"tid\":1,\"ph\":\"X\",\"ts\":1,\"dur\":1"),
             std::string::npos)
       << json;
@@ -456,20 +446,10 @@ TEST_F(FailureTest, FlightRecordersWrittenAtDestroyMakeATrace) {
     ASSERT_TRUE(k->wait(kEndsWithinS)) << k->output();
     EXPECT_EQ(k->status(), 0) << k->output();
   }
-  std::vector<std::string> files;
-  if (DIR* d = opendir(dir)) {
-    while (dirent* e = readdir(d))
-      if (std::string(e->d_name).rfind("loom-flight-", 0) == 0) files.push_back(std::string(dir) + "/" + e->d_name);
-    closedir(d);
-  }
+  const std::vector<std::string> files = flightFiles(dir);
   ASSERT_EQ(files.size(), 2u);
   for (const auto& path : files) {
-    std::string text;
-    if (FILE* f = std::fopen(path.c_str(), "r")) {
-      char buf[4096];
-      for (size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) text.append(buf, n);
-      std::fclose(f);
-    }
+    const std::string text = readText(path);
     EXPECT_NE(text.find("\"reason\":\"ncclCommDestroy ended the communicator\""), std::string::npos) << text;
     EXPECT_NE(text.find("\"kind\":\"AllReduce\",\"count\":1024,\"type\":\"float\",\"op\":\"sum\",\"root\":-1,"
                         "\"state\":\"done\""),

@@ -101,4 +101,9 @@ std::vector<pid_t> childrenOf(pid_t pid);
 // end of the line). Empty when absent.
 std::string resultField(const std::string& output, const std::string& key);
 
+// The flight recorder files (loom-flight-*.json) in `dir`, as paths, sorted.
+std::vector<std::string> flightFiles(const std::string& dir);
+// A file's whole text (empty when it cannot be read).
+std::string readText(const std::string& path);
+
 }  // namespace loom::test
