@@ -107,7 +107,7 @@ uint64_t recordCollective(Communicator* comm, const OpDesc& op, uint64_t seq, ui
   return comm->flight().record(FlightRecorder::Entry{
       .seq = seq, .collSeq = collSeq, .kind = opKindName(op.kind), .count = op.count,
       .type = kernels::dataTypeName(op.type), .op = isReducing(op.kind) ? kernels::redOpName(op.reduction.op) : "",
-      .root = op.kind == OpKind::kBroadcast || op.kind == OpKind::kReduce ? op.root : -1}, state, since);
+      .root = isRooted(op.kind) ? op.root : -1}, state, since);
 }
 
 // A new plan of a collective, from the algorithm the cost model (and
