@@ -562,11 +562,27 @@ Status runSingle(Communicator* c, const OpDesc& op) {
   // The checks inline first: on the board, the rest of a small call costs
   // about as much as they do.
   if (!c->usableNow()) LOOM_TRY(waitTurn(c));
-  if (c->checksCollectives() && isChecked(op.kind)) LOOM_TRY(checkCollective(c, op));
   std::lock_guard<BiasedMutex> lock(c->opMutex());
   std::vector<Task> tasks;  // the engine's, if it runs
   bool boardStarted = false;
-  if (LatencyPath* lp = c->latencyPath(); lp && lp->takes(op)) {
+  if (c->checksCollectives() && isChecked(op.kind)) {
+    // LOOM_CHECK_COLLECTIVES: numbered and in the flight recorder (queued)
+    // before its ranks compare it, so that a dump taken while a rank never
+    // comes shows the call waiting. Then it runs as in a group.
+    LOOM_TRY(buildTasks(c, std::span<const OpDesc>(&op, 1), &tasks));
+    if (Status s = checkCollective(c, op); !s.isOk()) {
+      const Task& t = tasks.front();
+      if (s.code() == Code::kInvalidUsage && !c->hasFailed()) {
+        // A mismatch: the call does not run and gives its number back (the
+        // group path's rule).
+        c->flight().skipped(t.flightId);
+        if (t.collSeq) c->returnCollSeqs(t.collSeq, t.collSeq);
+      } else {
+        c->flight().finished(t.flightId, false);
+      }
+      return s;
+    }
+  } else if (LatencyPath* lp = c->latencyPath(); lp && lp->takes(op)) {
     // On the board, at once; a rank that is late is waited for by the
     // engine, as in a group.
     if (c->hasFailed()) LOOM_TRY(c->asyncError());
