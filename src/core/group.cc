@@ -572,7 +572,7 @@ Status runSingle(Communicator* c, const OpDesc& op) {
     LOOM_TRY(buildTasks(c, std::span<const OpDesc>(&op, 1), &tasks));
     if (Status s = checkCollective(c, op); !s.isOk()) {
       const Task& t = tasks.front();
-      if (s.code() == Code::kInvalidUsage && !c->hasFailed()) {
+      if (s.code() == Code::kInvalidUsage && !c->hasFailed() && !c->aborted()) {
         // A mismatch: the call does not run and gives its number back (the
         // group path's rule).
         c->flight().skipped(t.flightId);
