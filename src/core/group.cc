@@ -226,6 +226,23 @@ Status buildTasks(Communicator* comm, std::span<const OpDesc> ops, std::vector<T
   return Status::ok();
 }
 
+// After a collective mismatch (LOOM_CHECK_COLLECTIVES), `tasks` will not
+// run: their recorder entries are skipped, and their collective numbers
+// are given back. Ranks may have grouped other collectives after the
+// mismatched one; returning theirs keeps the flight recorder lining ranks
+// up by number (the check counts only the collectives that ran, alike on
+// every rank).
+void skipMismatched(Communicator* comm, std::span<const Task> tasks) {
+  uint64_t first = 0, last = 0;
+  for (const Task& t : tasks) {
+    comm->flight().skipped(t.flightId);
+    if (t.collSeq == 0) continue;
+    if (first == 0) first = t.collSeq;
+    last = t.collSeq;
+  }
+  if (first) comm->returnCollSeqs(first, last);
+}
+
 class Engine {
  public:
   Engine(std::vector<CommRun> runs, const DeviceContext* device) : runs_(std::move(runs)), device_(device) {}
@@ -285,18 +302,8 @@ class Engine {
       if (why.isOk()) return internalError("the collective check ended before " + task.name());
       if (why.code() != Code::kInvalidUsage || comm->hasFailed()) return why;
       // A mismatch, seen alike by every rank: this communicator's part of
-      // the call ends here, and the others go on. Ranks may have grouped
-      // other collectives after it: theirs give their numbers back, so
-      // that the flight recorder still lines ranks up by them (the check
-      // counts only the collectives that ran, alike on every rank).
-      uint64_t first = 0, last = 0;
-      for (size_t i = cr.current; i < cr.tasks.size(); ++i) {
-        comm->flight().skipped(cr.tasks[i].flightId);
-        if (cr.tasks[i].collSeq == 0) continue;
-        if (first == 0) first = cr.tasks[i].collSeq;
-        last = cr.tasks[i].collSeq;
-      }
-      if (first) comm->returnCollSeqs(first, last);
+      // the call ends here, and the others go on.
+      skipMismatched(comm, std::span<const Task>(cr.tasks).subspan(cr.current));
       cr.current = cr.tasks.size();
       if (mismatch_.isOk()) mismatch_ = why;
       *progressed = true;
@@ -571,15 +578,8 @@ Status runSingle(Communicator* c, const OpDesc& op) {
     // comes shows the call waiting. Then it runs as in a group.
     LOOM_TRY(buildTasks(c, std::span<const OpDesc>(&op, 1), &tasks));
     if (Status s = checkCollective(c, op); !s.isOk()) {
-      const Task& t = tasks.front();
-      if (s.code() == Code::kInvalidUsage && !c->hasFailed() && !c->aborted()) {
-        // A mismatch: the call does not run and gives its number back (the
-        // group path's rule).
-        c->flight().skipped(t.flightId);
-        if (t.collSeq) c->returnCollSeqs(t.collSeq, t.collSeq);
-      } else {
-        c->flight().finished(t.flightId, false);
-      }
+      if (s.code() == Code::kInvalidUsage && !c->hasFailed() && !c->aborted()) skipMismatched(c, tasks);
+      else c->flight().finished(tasks.front().flightId, false);
       return s;
     }
   } else if (LatencyPath* lp = c->latencyPath(); lp && lp->takes(op)) {
