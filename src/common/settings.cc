@@ -131,9 +131,10 @@ constexpr Spec kTable[] = {
      "with LOOM_FLIGHT_RECORDER_AT_DESTROY when it is destroyed. `loom-info --flight DIR` merges "
      "them, `loom-info --trace DIR OUT` turns them into a Chrome trace. Unset: nothing is written."},
     {"LOOM_FLIGHT_RECORDER_PRECISE", T::kBool, "0", "COLL",
-     "1: the flight recorder's times come from the precise wall clock (microseconds, about 15 ns "
-     "more per reading) instead of the kernel tick's (1-4 ms steps), for traces of short "
-     "operations (`loom-info --trace`). Read once per process."},
+     "1: the flight recorder's times come from the precise wall clock, read at every entry "
+     "(microseconds, about 20 ns more per operation), instead of the copy that a clock thread "
+     "refreshes every 4 ms, for traces of short operations (`loom-info --trace`). Read once per "
+     "process."},
     {"LOOM_FLIGHT_RECORDER_AT_DESTROY", T::kBool, "0", "COLL",
      "1: every communicator also writes its flight recorder into LOOM_FLIGHT_RECORDER_DIR when "
      "ncclCommDestroy or ncclCommAbort ends it (a failure's file is kept): a timeline of a run "

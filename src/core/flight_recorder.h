@@ -11,10 +11,12 @@
 //   {"seq":S,"coll":C,"kind":"AllReduce","count":C,"type":"float","op":"sum","root":-1,"state":"done",
 //    "enqueue_us":T,"start_us":T,"end_us":T}
 // Times are microseconds of the wall clock (comparable across hosts as far
-// as their clocks agree) at the resolution of the kernel's tick (1-4 ms):
-// enough to see when a stuck operation started and how long it has waited,
-// at a fraction of a precise clock's cost per call; 0 where a phase has not
-// happened.
+// as their clocks agree) in steps of a few milliseconds: a thread of the
+// process reads the clock every 4 ms and the recorders read its copy,
+// which costs an operation less than any clock does. Enough to see when a
+// stuck operation started and how long it has waited;
+// LOOM_FLIGHT_RECORDER_PRECISE reads the precise clock instead, at every
+// entry. 0 where a phase has not happened.
 #pragma once
 
 #include <atomic>
@@ -56,6 +58,9 @@ class FlightRecorder {
 
   // capacity 0: records nothing.
   explicit FlightRecorder(size_t capacity) : capacity_(capacity) {}
+  ~FlightRecorder();
+  FlightRecorder(const FlightRecorder&) = delete;
+  FlightRecorder& operator=(const FlightRecorder&) = delete;
 
   // Records an operation in state `state` (queued; running: one that starts
   // at once; done: one that already finished, all three times now, a
@@ -97,6 +102,8 @@ class FlightRecorder {
     std::atomic<State> state{State::kQueued};
     std::atomic<int64_t> enqueueUs{0}, startUs{0}, endUs{0};
   };
+  // The entries' clock (see the top of this file).
+  int64_t now() const;
   // finished() and skipped(): the state and the end time.
   void end(uint64_t id, State state);
   // The writer's: the slot of `id`, or null once overwritten (or for 0).
@@ -111,6 +118,11 @@ class FlightRecorder {
   std::atomic<Slot*> published_{nullptr};  // ring_, for readers
   std::atomic<uint64_t> recorded_{0};      // ids are 1..recorded_
   size_t next_ = 0;  // the writer's: the ring index of the next entry (recorded_ % capacity_)
+  // Whether this recorder uses the clock thread (from its first entry on,
+  // unless the clock is the precise one), and the fork generation it did
+  // so in.
+  bool ticking_ = false;
+  uint64_t tickerGeneration_ = 0;
   mutable SpinMutex idMutex_;
   Identity id_;
 };
@@ -119,9 +131,9 @@ const char* flightStateName(FlightRecorder::State s);
 // `s` as a JSON string literal (quotes, escapes), as the recorder's files
 // write their text fields.
 std::string jsonQuoted(const std::string& s);
-// The recorders' clock: Unix microseconds, from the kernel's tick unless
+// Unix microseconds, from the kernel's tick unless
 // LOOM_FLIGHT_RECORDER_PRECISE (flightClockPrecise(), read once) asks for
-// the precise clock.
+// the precise clock: what the recorders' clock thread reads.
 int64_t wallMicros();
 bool flightClockPrecise();
 

@@ -597,7 +597,7 @@ Status runSingle(Communicator* c, const OpDesc& op) {
       // Recorded once done: one entry, one look at the clock (two with
       // the precise clock). A dump taken meanwhile misses it; one that
       // waits for a late rank is recorded as running when the engine
-      // takes it over below (with the tick clock, its times lag by the
+      // takes it over below (with the 4 ms clock, its times lag by the
       // wait so far).
       recordCollective(c, op, seq, collSeq, FlightRecorder::State::kDone, since);
       return Status::ok();

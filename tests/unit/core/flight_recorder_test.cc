@@ -3,9 +3,14 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <sys/wait.h>
+
 #include <atomic>
+#include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -96,6 +101,86 @@ TEST(FlightRecorder, RecordsRunningAndFinishedOperationsInOneCall) {
   EXPECT_GT(entries[1].enqueueUs, 0);
   EXPECT_EQ(entries[1].startUs, entries[1].enqueueUs);
   EXPECT_EQ(entries[1].endUs, entries[1].enqueueUs);
+}
+
+// Threads of this process named `name`.
+int threadsNamed(const std::string& name) {
+  int n = 0;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream comm(task.path() / "comm");
+    std::string line;
+    n += std::getline(comm, line) && line == name;
+  }
+  return n;
+}
+
+// The entries' times come from the clock thread's copy of the wall clock:
+// it runs while a recorder that recorded lives, keeps up with the clock,
+// and is joined when the last such recorder goes.
+TEST(FlightRecorder, TheClockThreadRunsWhileRecordersUseItAndKeepsTime) {
+  ASSERT_EQ(threadsNamed("loom-clock"), 0) << "a recorder of an earlier test is still alive";
+  {
+    auto a = std::make_unique<FlightRecorder>(4);
+    FlightRecorder unused(4);  // never records: starts nothing
+    EXPECT_EQ(threadsNamed("loom-clock"), 0);
+    const int64_t before = wallMicros();
+    a->record(op(1), FlightRecorder::State::kDone);
+    const int64_t after = wallMicros();
+    EXPECT_EQ(threadsNamed("loom-clock"), 1);
+    FlightRecorder b(4);
+    b.record(op(1));
+    EXPECT_EQ(threadsNamed("loom-clock"), 1) << "one thread per process, not per recorder";
+    // Taken at most a tick (4 ms) apart, and read again every 4 ms: over a
+    // sleep of 60 ms, the entries' times move by about as much (less the
+    // steps at either end, more where the thread was late to run).
+    std::this_thread::sleep_for(std::chrono::milliseconds(60));
+    a->record(op(2), FlightRecorder::State::kDone);
+    auto entries = a->snapshot();
+    ASSERT_EQ(entries.size(), 2u);
+    EXPECT_GE(entries[0].enqueueUs, before - 10000);
+    EXPECT_LE(entries[0].enqueueUs, after + 10000);
+    EXPECT_GE(entries[1].enqueueUs - entries[0].enqueueUs, 40000);
+    EXPECT_LE(entries[1].enqueueUs - entries[0].enqueueUs, 10000000);
+    a.reset();
+    EXPECT_EQ(threadsNamed("loom-clock"), 1) << "b still uses it";
+  }
+  EXPECT_EQ(threadsNamed("loom-clock"), 0) << "joined with the last recorder";
+}
+
+// A forked child has no clock thread: its recorders read the clock, or
+// start a thread of their own; a recorder from before the fork, destroyed
+// in the child, releases nothing there.
+TEST(FlightRecorder, AForkedChildKeepsTime) {
+  auto before = std::make_unique<FlightRecorder>(4);
+  before->record(op(1));
+  ASSERT_EQ(threadsNamed("loom-clock"), 1);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    int bad = 0;
+    bad |= threadsNamed("loom-clock") != 0;
+    const int64_t t0 = wallMicros();
+    before->record(op(2), FlightRecorder::State::kDone);  // no thread: the clock itself
+    auto entries = before->snapshot();
+    bad |= (entries.size() != 2 || entries[1].enqueueUs < t0 - 10000 || entries[1].enqueueUs > wallMicros() + 10000) << 1;
+    {
+      FlightRecorder mine(4);
+      mine.record(op(1));
+      bad |= (threadsNamed("loom-clock") != 1) << 2;
+      before.reset();  // the parent's: must leave the child's thread running
+      bad |= (threadsNamed("loom-clock") != 1) << 3;
+    }
+    bad |= (threadsNamed("loom-clock") != 0) << 4;
+    _exit(bad);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "bits: 1 a thread in the child, 2 a wrong time, 4 no thread for a new "
+                                       "recorder, 8 stopped by the parent's recorder, 16 not joined";
+  EXPECT_EQ(threadsNamed("loom-clock"), 1) << "the parent's thread is unaffected";
+  before.reset();
+  EXPECT_EQ(threadsNamed("loom-clock"), 0);
 }
 
 TEST(FlightRecorder, NoCapacityRecordsNothing) {
