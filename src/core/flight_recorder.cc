@@ -102,7 +102,14 @@ class Ticker {
   // mutex_ held.
   void start() {
     now_.store(wallMicros(), std::memory_order_relaxed);
-    if (int e = pthread_create(&thread_, nullptr, &Ticker::loopEntry, this); e != 0) {
+    // Started with every signal blocked: the process's signals go to its
+    // own threads, not to this one.
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    const int e = pthread_create(&thread_, nullptr, &Ticker::loopEntry, this);
+    pthread_sigmask(SIG_SETMASK, &old, nullptr);
+    if (e != 0) {
       now_.store(0, std::memory_order_relaxed);
       LOOM_WARN("flight recorder: cannot start its clock thread (%s); it reads the clock on every entry",
                 std::strerror(e));
