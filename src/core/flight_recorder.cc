@@ -39,8 +39,8 @@ namespace {
 // The recorders' clock, unless LOOM_FLIGHT_RECORDER_PRECISE: a thread that
 // reads the wall clock every kTickMs and leaves it in `now_`, where a
 // recorder finds it with one load. Even the kernel's tick clock costs an
-// operation on the board about 5 ns (2 ranks, Broadcast of 8 B: 76 -> 71 ns
-// without it), against 250 wake-ups a second here. It runs while some
+// operation on the board a few ns (2 ranks, Broadcast of 8 B: 75 -> 72 ns
+// without it, alternating A/B), against 250 wake-ups a second here. It runs while some
 // recorder of the process has recorded, and falls back to reading the
 // clock (now_ 0) while it is not running, after a fork (the child has no
 // thread) and where it could not be started.
@@ -146,7 +146,9 @@ class Ticker {
 }  // namespace
 
 FlightRecorder::~FlightRecorder() {
-  if (ticking_) Ticker::instance().release(tickerGeneration_);
+  // A recorder uses the clock thread from its first entry on (ring_),
+  // unless the clock is the precise one.
+  if (ring_ && !flightClockPrecise()) Ticker::instance().release(tickerGeneration_);
 }
 
 int64_t FlightRecorder::now() const {
@@ -184,10 +186,7 @@ uint64_t FlightRecorder::record(const Entry& e, State state, int64_t since) {
   if (!ring_) {
     ring_ = std::make_unique<Slot[]>(capacity_);
     published_.store(ring_.get(), std::memory_order_release);
-    if (!flightClockPrecise()) {
-      tickerGeneration_ = Ticker::instance().acquire();
-      ticking_ = true;
-    }
+    if (!flightClockPrecise()) tickerGeneration_ = Ticker::instance().acquire();
   }
   const int64_t now = this->now();
   const int64_t began = since ? since : now;

@@ -118,10 +118,8 @@ class FlightRecorder {
   std::atomic<Slot*> published_{nullptr};  // ring_, for readers
   std::atomic<uint64_t> recorded_{0};      // ids are 1..recorded_
   size_t next_ = 0;  // the writer's: the ring index of the next entry (recorded_ % capacity_)
-  // Whether this recorder uses the clock thread (from its first entry on,
-  // unless the clock is the precise one), and the fork generation it did
-  // so in.
-  bool ticking_ = false;
+  // The fork generation in which this recorder took the clock thread (see
+  // ~FlightRecorder for when it does).
   uint64_t tickerGeneration_ = 0;
   mutable SpinMutex idMutex_;
   Identity id_;
