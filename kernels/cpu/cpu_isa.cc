@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <fstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "common/log.h"
 #include "common/settings.h"
@@ -55,24 +57,40 @@ CpuIsa detect() {
 CpuIsa detect() { return CpuIsa::kScalar; }
 #endif
 
-// The largest cache sysfs lists for CPU 0 (its last level, which the
-// host's other cores share on the machines loom runs on); 0 when none is
-// listed (containers may hide sysfs).
-size_t lastLevelCacheBytes() {
-  size_t best = 0;
+// Sizes of CPU 0's data (or unified) caches that sysfs lists, by level;
+// empty when none is listed (containers may hide sysfs).
+std::vector<std::pair<int, size_t>> dataCaches() {
+  std::vector<std::pair<int, size_t>> out;
   for (int i = 0; i < 8; ++i) {
     const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(i) + "/";
-    std::ifstream type(dir + "type"), size(dir + "size");
+    std::ifstream type(dir + "type"), size(dir + "size"), level(dir + "level");
     std::string kind, text;
-    if (!(type >> kind) || !(size >> text)) continue;
+    int lvl = 0;
+    if (!(type >> kind) || !(size >> text) || !(level >> lvl)) continue;
     if (kind == "Instruction") continue;
     char* end = nullptr;
     size_t bytes = std::strtoull(text.c_str(), &end, 10);
     if (end && (*end == 'K' || *end == 'k')) bytes <<= 10;
     else if (end && *end == 'M') bytes <<= 20;
-    best = std::max(best, bytes);
+    out.emplace_back(lvl, bytes);
   }
+  return out;
+}
+
+// The largest cache (the last level, which the host's other cores share on
+// the machines loom runs on).
+size_t lastLevelCacheBytes(const std::vector<std::pair<int, size_t>>& caches) {
+  size_t best = 0;
+  for (const auto& [level, bytes] : caches) best = std::max(best, bytes);
   return best;
+}
+
+// The level-2 cache: a core's own on the machines loom runs on.
+size_t levelTwoCacheBytes(const std::vector<std::pair<int, size_t>>& caches) {
+  for (const auto& [level, bytes] : caches) {
+    if (level == 2) return bytes;
+  }
+  return 0;
 }
 
 CpuKernelConfig resolveDefaultConfig() {
@@ -96,11 +114,16 @@ CpuKernelConfig resolveDefaultConfig() {
   config.streamingMinBytes = streaming <= 0 ? SIZE_MAX : size_t(streaming);
   const int64_t handoff = settings->getInt("LOOM_CPU_HANDOFF_STREAMING_BYTES");
   config.handoffStreamingMinBytes = handoff <= 0 ? SIZE_MAX : size_t(handoff);
+  const auto caches = dataCaches();
   const int64_t cache = settings->getInt("LOOM_CPU_CACHE_BYTES");
-  config.cacheBytes = cache < 0 ? lastLevelCacheBytes() : size_t(cache);
-  LOOM_INFO(log::kInit, "host kernels: %s (CPU runs up to %s), streaming stores from %lld bytes, shared cache %zu bytes",
+  config.cacheBytes = cache < 0 ? lastLevelCacheBytes(caches) : size_t(cache);
+  const int64_t coreCache = settings->getInt("LOOM_CPU_CORE_CACHE_BYTES");
+  config.coreCacheBytes = coreCache < 0 ? levelTwoCacheBytes(caches) : size_t(coreCache);
+  LOOM_INFO(log::kInit,
+            "host kernels: %s (CPU runs up to %s), streaming stores from %lld bytes, shared cache %zu bytes, "
+            "core cache %zu bytes",
             cpuIsaName(config.isa), cpuIsaName(detectedCpuIsa()), static_cast<long long>(streaming),
-            config.cacheBytes);
+            config.cacheBytes, config.coreCacheBytes);
   return config;
 }
 

@@ -312,6 +312,7 @@ void PlanRunner::chooseStreaming() {
   const size_t touched = inPlace ? std::max(written_, sendRead_) : written_ + sendRead_;
   streamOutput_ = !device_ && streamsResults(written_, touched, plan_->hostRanks, base);
   if (streamOutput_) outConfig_.streamingMinBytes = 0;
+  singleCopyFits_ = !inPlace || base.coreCacheBytes == 0 || 2 * touched <= base.coreCacheBytes;
 }
 
 void PlanRunner::layoutStreams() {
@@ -974,7 +975,8 @@ Status PlanRunner::finish(const Step& step, StreamState& st) {
   // buffers differ in size or place): a FIFO copy with streaming stores
   // then beats the kernel's plain one (2-rank AllGather of 16 MiB:
   // 1.4-2.4 -> 0.87-1.15 ms). Either way the transfer works.
-  ps.xfer.singleCopy = step.singleCopy && !streamOutput_ && ps.xfer.memory == transport::MemoryType::kHost;
+  ps.xfer.singleCopy = step.singleCopy && !streamOutput_ && (!step.oneWay || step.pullAlways || singleCopyFits_) &&
+                       ps.xfer.memory == transport::MemoryType::kHost;
   ps.xfer.pullAlways = ps.xfer.singleCopy && step.pullAlways;
   Connection* c = conn(st, step.sendPeer);
   Status s = attachRegion(*c, ps.xfer);
