@@ -72,7 +72,7 @@ struct CpuKernelConfig {
   // 2.2 ms.
   size_t cacheBytes = 0;
   // A core's own cache (setting LOOM_CPU_CORE_CACHE_BYTES; by default the
-  // level-2 cache sysfs lists for CPU 0); 0: unknown. A
+  // level-2 cache sysfs lists for CPU 0); 0: unknown (then never). A
   // one-way single-copy send in place (core/executor.h, singleCopyFits_)
   // needs the message and its copy to fit in the receiver's.
   size_t coreCacheBytes = 0;

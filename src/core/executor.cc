@@ -312,7 +312,9 @@ void PlanRunner::chooseStreaming() {
   const size_t touched = inPlace ? std::max(written_, sendRead_) : written_ + sendRead_;
   streamOutput_ = !device_ && streamsResults(written_, touched, plan_->hostRanks, base);
   if (streamOutput_) outConfig_.streamingMinBytes = 0;
-  singleCopyFits_ = !inPlace || base.coreCacheBytes == 0 || 2 * touched <= base.coreCacheBytes;
+  // written_, not touched: a direct plan's root reads its input twice (the
+  // send and its own copy), each counted in sendRead_.
+  singleCopyFits_ = !inPlace || 2 * written_ <= base.coreCacheBytes;
 }
 
 void PlanRunner::layoutStreams() {

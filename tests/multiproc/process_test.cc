@@ -232,7 +232,7 @@ TEST_F(ProcessTest, AllGatherGoesSingleCopyOverSharedMemory) {
 
 // A 2-rank Broadcast's root sends single-copy too: out of place always, in
 // place only while twice the message fits in a core's own cache
-// (LOOM_CPU_CORE_CACHE_BYTES, 0: unknown, always), except where the ranks
+// (LOOM_CPU_CORE_CACHE_BYTES; 0: unknown, never), except where the ranks
 // share a CPU (always). The messages here are 256 KiB.
 TEST_F(ProcessTest, TwoRankBroadcastGoesSingleCopyWhereItPays) {
   const std::vector<int> cpus = allowedCpus();
@@ -245,7 +245,8 @@ TEST_F(ProcessTest, TwoRankBroadcastGoesSingleCopyWhereItPays) {
   };
   std::vector<Case> cases{{true, "262144", true, true}};
   if (cpus.size() >= 2) {
-    cases.insert(cases.end(), {{false, "262144", false, true}, {true, "262144", false, false}, {true, "0", false, true}});
+    cases.insert(cases.end(), {{false, "262144", false, true}, {true, "262144", false, false}, {true, "524288", false, true},
+                                {true, "0", false, false}});
   } else {
     std::printf("note: one CPU here; ranks with a CPU each were not tried\n");
   }

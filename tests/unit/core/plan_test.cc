@@ -177,7 +177,8 @@ void runCase(const Case& c, size_t sliceBytes, int channels = 1,
 
 // AllGather hints its own block's sends single-copy (one per slice in the
 // ring, one per peer direct) unless the communicator said not to (its ranks
-// have a CPU each); nothing else does.
+// have a CPU each); AllReduce does not (nor any collective whose receivers
+// fold or forward what they get; 2-rank Broadcast: below).
 TEST(PlanSimulator, AllGatherSendsItsInputSingleCopy) {
   auto hinted = [](const Plan& plan) {
     int n = 0;
