@@ -6,8 +6,6 @@
 #include <cstdlib>
 #include <fstream>
 #include <string>
-#include <utility>
-#include <vector>
 
 #include "common/log.h"
 #include "common/settings.h"
@@ -57,40 +55,24 @@ CpuIsa detect() {
 CpuIsa detect() { return CpuIsa::kScalar; }
 #endif
 
-// Sizes of CPU 0's data (or unified) caches that sysfs lists, by level;
-// empty when none is listed (containers may hide sysfs).
-std::vector<std::pair<int, size_t>> dataCaches() {
-  std::vector<std::pair<int, size_t>> out;
+// The largest cache sysfs lists for CPU 0 (its last level, which the
+// host's other cores share on the machines loom runs on); 0 when none is
+// listed (containers may hide sysfs).
+size_t lastLevelCacheBytes() {
+  size_t best = 0;
   for (int i = 0; i < 8; ++i) {
     const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(i) + "/";
-    std::ifstream type(dir + "type"), size(dir + "size"), level(dir + "level");
+    std::ifstream type(dir + "type"), size(dir + "size");
     std::string kind, text;
-    int lvl = 0;
-    if (!(type >> kind) || !(size >> text) || !(level >> lvl)) continue;
+    if (!(type >> kind) || !(size >> text)) continue;
     if (kind == "Instruction") continue;
     char* end = nullptr;
     size_t bytes = std::strtoull(text.c_str(), &end, 10);
     if (end && (*end == 'K' || *end == 'k')) bytes <<= 10;
     else if (end && *end == 'M') bytes <<= 20;
-    out.emplace_back(lvl, bytes);
+    best = std::max(best, bytes);
   }
-  return out;
-}
-
-// The largest cache (the last level, which the host's other cores share on
-// the machines loom runs on).
-size_t lastLevelCacheBytes(const std::vector<std::pair<int, size_t>>& caches) {
-  size_t best = 0;
-  for (const auto& [level, bytes] : caches) best = std::max(best, bytes);
   return best;
-}
-
-// The level-2 cache: a core's own on the machines loom runs on.
-size_t levelTwoCacheBytes(const std::vector<std::pair<int, size_t>>& caches) {
-  for (const auto& [level, bytes] : caches) {
-    if (level == 2) return bytes;
-  }
-  return 0;
 }
 
 CpuKernelConfig resolveDefaultConfig() {
@@ -114,16 +96,11 @@ CpuKernelConfig resolveDefaultConfig() {
   config.streamingMinBytes = streaming <= 0 ? SIZE_MAX : size_t(streaming);
   const int64_t handoff = settings->getInt("LOOM_CPU_HANDOFF_STREAMING_BYTES");
   config.handoffStreamingMinBytes = handoff <= 0 ? SIZE_MAX : size_t(handoff);
-  const auto caches = dataCaches();
   const int64_t cache = settings->getInt("LOOM_CPU_CACHE_BYTES");
-  config.cacheBytes = cache < 0 ? lastLevelCacheBytes(caches) : size_t(cache);
-  const int64_t coreCache = settings->getInt("LOOM_CPU_CORE_CACHE_BYTES");
-  config.coreCacheBytes = coreCache < 0 ? levelTwoCacheBytes(caches) : size_t(coreCache);
-  LOOM_INFO(log::kInit,
-            "host kernels: %s (CPU runs up to %s), streaming stores from %lld bytes, shared cache %zu bytes, "
-            "core cache %zu bytes",
+  config.cacheBytes = cache < 0 ? lastLevelCacheBytes() : size_t(cache);
+  LOOM_INFO(log::kInit, "host kernels: %s (CPU runs up to %s), streaming stores from %lld bytes, shared cache %zu bytes",
             cpuIsaName(config.isa), cpuIsaName(detectedCpuIsa()), static_cast<long long>(streaming),
-            config.cacheBytes, config.coreCacheBytes);
+            config.cacheBytes);
   return config;
 }
 

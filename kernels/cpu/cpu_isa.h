@@ -71,18 +71,13 @@ struct CpuKernelConfig {
   // Intel VM (480 MiB L3), 2 ranks, AllReduce of 16 MiB in place: 2.6 ->
   // 2.2 ms.
   size_t cacheBytes = 0;
-  // A core's own cache (setting LOOM_CPU_CORE_CACHE_BYTES; by default the
-  // level-2 cache sysfs lists for CPU 0); 0: unknown (then never). A
-  // one-way single-copy send in place (core/executor.h, singleCopyFits_)
-  // needs the message and its copy to fit in the receiver's.
-  size_t coreCacheBytes = 0;
 };
 
 // The process-wide configuration, resolved on first use from the settings
 // LOOM_CPU_ISA (auto|avx512vbmi|avx512|avx2|scalar; asking for a level the CPU lacks
 // logs one warning and uses the best available one),
-// LOOM_CPU_STREAMING_BYTES, LOOM_CPU_HANDOFF_STREAMING_BYTES,
-// LOOM_CPU_CACHE_BYTES and LOOM_CPU_CORE_CACHE_BYTES. Thread-safe;
+// LOOM_CPU_STREAMING_BYTES, LOOM_CPU_HANDOFF_STREAMING_BYTES and
+// LOOM_CPU_CACHE_BYTES. Thread-safe;
 // never changes afterwards.
 const CpuKernelConfig& defaultCpuKernelConfig();
 

@@ -256,11 +256,6 @@ constexpr Spec kTable[] = {
      "0 = unknown. An operation streams its results into the user's buffers "
      "(LOOM_CPU_STREAMING_BYTES) only when the buffers it and the host's other ranks of the "
      "communicator touch take more than a quarter of it; below that they stay cached."},
-    {"LOOM_CPU_CORE_CACHE_BYTES", T::kInt, "-1", "TUNING",
-     "Bytes of a core's own cache; -1 = the level-2 cache sysfs lists for CPU 0, 0 = unknown. A "
-     "2-rank Broadcast in place goes single-copy (LOOM_SHM_SINGLE_COPY_MIN) only while twice its "
-     "bytes fit in it (never when unknown), unless its ranks share CPUs (then whenever it can); past "
-     "that the FIFO's two copies, one on each core, are faster."},
     {"LOOM_CPU_HANDOFF_STREAMING_BYTES", T::kInt, "8192", "TUNING",
      "Copies into shared memory that another rank reads next (the latency path's slots, the shm "
      "FIFO's pieces) of at least this many bytes use non-temporal stores while plain copies into "

@@ -312,9 +312,6 @@ void PlanRunner::chooseStreaming() {
   const size_t touched = inPlace ? std::max(written_, sendRead_) : written_ + sendRead_;
   streamOutput_ = !device_ && streamsResults(written_, touched, plan_->hostRanks, base);
   if (streamOutput_) outConfig_.streamingMinBytes = 0;
-  // written_, not touched: a direct plan's root reads its input twice (the
-  // send and its own copy), each counted in sendRead_.
-  singleCopyFits_ = !inPlace || 2 * written_ <= base.coreCacheBytes;
 }
 
 void PlanRunner::layoutStreams() {
@@ -977,8 +974,7 @@ Status PlanRunner::finish(const Step& step, StreamState& st) {
   // buffers differ in size or place): a FIFO copy with streaming stores
   // then beats the kernel's plain one (2-rank AllGather of 16 MiB:
   // 1.4-2.4 -> 0.87-1.15 ms). Either way the transfer works.
-  ps.xfer.singleCopy = step.singleCopy && !streamOutput_ && (!step.oneWay || step.pullAlways || singleCopyFits_) &&
-                       ps.xfer.memory == transport::MemoryType::kHost;
+  ps.xfer.singleCopy = step.singleCopy && !streamOutput_ && ps.xfer.memory == transport::MemoryType::kHost;
   ps.xfer.pullAlways = ps.xfer.singleCopy && step.pullAlways;
   Connection* c = conn(st, step.sendPeer);
   Status s = attachRegion(*c, ps.xfer);

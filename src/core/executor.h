@@ -348,24 +348,7 @@ class PlanRunner {
   size_t sendRead_ = 0;
   size_t recvExtent_ = 0;
   size_t sendExtent_ = 0;
-  // Whether a one-way send (Step::oneWay, unless Step::pullAlways) may go
-  // single-copy for the buffers bound: out of place always, since the
-  // sender then stores its own result while the receiver copies; in place
-  // only while the receiver can hold the data and its copy in its core's
-  // cache (2 x the bytes written <= CpuKernelConfig::coreCacheBytes; never
-  // where that size is unknown): the
-  // one copy then runs from that cache, where past it the FIFO's two
-  // copies, one on each core, are faster. 2-rank Broadcast in place
-  // (2 MiB L2, medians of 8 runs): 512 KiB 33.4 -> 23.7 us and 1 MiB
-  // 77.7 -> 73.3 single-copy; 2 MiB 151-161 through the FIFO against
-  // 224-256 single-copy. Timed with the root's buffer unchanged between
-  // calls (as the perf tools' loop and Open MPI's run it); a root that
-  // rewrites it every call was not timed. (An exchange, AllGather's, halves
-  // each core's copies: single copy pays at every size there; 2 ranks in
-  // place at 2 MiB: 73-87 us single-copy, 162-163 through the FIFO.)
-  bool singleCopyFits_ = true;
-  // Sets outConfig_, streamOutput_ and singleCopyFits_ for the plan and the
-  // bound buffers.
+  // Sets outConfig_ and streamOutput_ for the plan and the bound buffers.
   void chooseStreaming();
   // A host ring or chain: its steps may fuse (fuses()). Set from the plan.
   bool fusable_ = false;

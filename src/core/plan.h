@@ -57,22 +57,16 @@ struct Step {
   std::vector<int> fanIn{};
   int localAt = -1;
   bool localPartial = false;  // fan-in: `local` is pre-applied already
-  // The receiver stores the message as it is (no reduction reads it) while
-  // busy with a message of its own (an exchange), or while this rank is
-  // busy with its own result (a 2-rank Broadcast's root: oneWay), so the
-  // receiver may copy it straight from this rank's buffer (shared memory's
-  // single copy, transport::Transfer::singleCopy). Only for data that comes
-  // from the user's input, not data this rank just received: that sits
-  // dirty in this core's cache, where the peer may read it slowly.
+  // The send is one side of an exchange: its receiver stores the message as
+  // it is (no reduction reads it) while busy with a message of its own, so
+  // the receiver may copy it straight from this rank's buffer (shared
+  // memory's single copy, transport::Transfer::singleCopy). Only for data
+  // that comes from the user's input, not data this rank just received:
+  // that sits dirty in this core's cache, where the peer may read it slowly.
   bool singleCopy = false;
   // With singleCopy, where the ranks share CPUs: single copy whenever the
   // transport can (Transfer::pullAlways).
   bool pullAlways = false;
-  // With singleCopy: the receiver has nothing else to copy meanwhile, so
-  // in place (this rank has no store to make) the one copy beats the
-  // FIFO's two, one on each core, only while it runs from the receiver's
-  // cache (PlanRunner::singleCopyFits_).
-  bool oneWay = false;
 
   // Calls f(peer) for every rank the step exchanges a message with.
   template <class F>

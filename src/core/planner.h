@@ -31,10 +31,9 @@ struct PlanParams {
   // algorithms use heaps over the ring order (core/algorithms/tree_common.h).
   std::span<const std::vector<int>> trees{};
   Algorithm algorithm = Algorithm::kRing;  // chosen by core/tuning.h
-  // Whether AllGather may send a rank's own blocks, and a 2-rank
-  // Broadcast its root's input, single-copy (the receiver reads them from
-  // the sender's buffer, where the transport can and wants to:
-  // transport/shm/handoff.h; Step::singleCopy). Off only in tests.
+  // Whether AllGather may send a rank's own blocks single-copy (the
+  // receiver reads them from the sender's buffer, where the transport can
+  // and wants to: transport/shm/handoff.h). Off only in tests.
   bool singleCopy = true;
   // Whether this rank's CPUs also run other ranks of the host
   // (Communicator::cpusShared): single copy then goes whenever it can

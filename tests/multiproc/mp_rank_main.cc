@@ -12,9 +12,7 @@
 //   loop    collectives in a loop; rank `victim` kills itself (SIGKILL)
 //           before step `kill_step`; the others report the failure; with
 //           agree=1 the ranks stop together once limit_s is up for one
-//           (an AllReduce every 16 steps); only=K runs only the K-th of
-//           loopStep's collectives, inplace=1 (AllReduce, Broadcast) with
-//           one buffer
+//           (an AllReduce every 16 steps)
 //   skip    after `before` AllReduces (default 0), rank `skipper` prints
 //           SKIPPING and sleeps `sleep` seconds instead of joining an
 //           AllReduce; the others report how their AllReduce ended
@@ -151,10 +149,9 @@ int runSuite(ncclComm_t comm, int rank, int n) {
 }
 
 // One step of the failure loop: a different collective each step.
-// `only` >= 0: that one of them every step. In place: `b` is `a`.
 ncclResult_t loopStep(ncclComm_t comm, int rank, int n, long step, std::vector<float>& a, std::vector<float>& b,
-                      size_t count, long only) {
-  switch (only >= 0 ? only : step % 5) {
+                      size_t count) {
+  switch (step % 5) {
     case 0: return ncclAllReduce(a.data(), b.data(), count, ncclFloat32, ncclSum, comm, nullptr);
     case 1: return ncclAllGather(a.data(), b.data(), count, ncclFloat32, comm, nullptr);
     case 2: return ncclBroadcast(a.data(), b.data(), count, ncclFloat32, int(step % n), comm, nullptr);
@@ -173,9 +170,7 @@ int runLoop(const Args& a, ncclComm_t comm, int rank, int n) {
   const long killStep = a.getInt("kill_step", -1), limitS = a.getInt("limit_s", 90);
   const bool agree = a.getInt("agree", 0) != 0;
   const size_t count = size_t(a.getInt("count", 4096));
-  const long only = a.getInt("only", -1);  // one collective of loopStep's, or all in turn
   std::vector<float> x(count * size_t(n), 1.0f), y(count * size_t(n), 0.0f);
-  std::vector<float>& out = a.getInt("inplace", 0) != 0 ? x : y;
   const auto start = Clock::now();
   for (long step = 0; step < steps; ++step) {
     if (rank == victim && step == killStep) {
@@ -184,7 +179,7 @@ int runLoop(const Args& a, ncclComm_t comm, int rank, int n) {
       ::raise(SIGKILL);
     }
     const auto t0 = Clock::now();
-    ncclResult_t rc = loopStep(comm, rank, n, step, x, out, count, only);
+    ncclResult_t rc = loopStep(comm, rank, n, step, x, y, count);
     if (rc != ncclSuccess) {
       const double took = loom::test::secondsSince(t0);
       result(int(rc), took, step, ncclGetLastError(comm));

@@ -230,60 +230,6 @@ TEST_F(ProcessTest, AllGatherGoesSingleCopyOverSharedMemory) {
   }
 }
 
-// A 2-rank Broadcast's root sends single-copy too: out of place always, in
-// place only while twice the message fits in a core's own cache
-// (LOOM_CPU_CORE_CACHE_BYTES; 0: unknown, never), except where the ranks
-// share a CPU (always). The messages here are 256 KiB.
-TEST_F(ProcessTest, TwoRankBroadcastGoesSingleCopyWhereItPays) {
-  const std::vector<int> cpus = allowedCpus();
-  ASSERT_FALSE(cpus.empty());
-  struct Case {
-    bool inPlace;
-    const char* coreCache;
-    bool shareCpu;
-    bool single;
-  };
-  std::vector<Case> cases{{true, "262144", true, true}};
-  if (cpus.size() >= 2) {
-    cases.insert(cases.end(), {{false, "262144", false, true}, {true, "262144", false, false}, {true, "524288", false, true},
-                                {true, "0", false, false}});
-  } else {
-    std::printf("note: one CPU here; ranks with a CPU each were not tried\n");
-  }
-  for (const Case& c : cases) {
-    SCOPED_TRACE(std::string(c.inPlace ? "in place" : "out of place") + ", LOOM_CPU_CORE_CACHE_BYTES=" +
-                 c.coreCache + (c.shareCpu ? ", one CPU" : ", a CPU each"));
-    kids_.clear();
-    const int port = freeLoopbackPort();
-    ASSERT_GT(port, 0);
-    const std::vector<std::string> env = {"NCCL_COMM_ID=127.0.0.1:" + std::to_string(port),
-                                          "LOOM_COMM_SECRET=" + freshSecret(), "LOOM_TIMEOUT_S=60",
-                                          "NCCL_DEBUG=INFO", "NCCL_DEBUG_SUBSYS=SHM",
-                                          "LOOM_SHM_SINGLE_COPY_MIN=65536",
-                                          std::string("LOOM_CPU_CORE_CACHE_BYTES=") + c.coreCache};
-    for (int r = 0; r < 2; ++r) {
-      spawnBoundTo(cpus[c.shareCpu ? 0 : size_t(r)], [&] {
-        spawn({"loop", "rank=" + std::to_string(r), "nranks=2", "steps=10", "count=65536", "only=2",
-               std::string("inplace=") + (c.inPlace ? "1" : "0")},
-              env);
-      });
-    }
-    ASSERT_FALSE(HasFatalFailure());
-    expectAllSucceed(60);
-    for (const auto& k : kids_) {
-      const std::string out = k->output();
-      const bool single = out.find("straight from its memory (single copy") != std::string::npos;
-      if (out.find("single-copy receive on") == std::string::npos) {
-        std::printf("note: process_vm_readv is not permitted here; single copy was not exercised\n");
-      } else if (c.single && !single && !c.shareCpu && out.find("run slowly") != std::string::npos) {
-        std::printf("note: copies into the FIFO ran slowly here, so they streamed instead of going single-copy\n");
-      } else {
-        EXPECT_EQ(single, c.single) << out;
-      }
-    }
-  }
-}
-
 // Where no GPU driver is present, auto means host.
 bool gpuDriverPresent() { return ::access("/dev/nvidiactl", F_OK) == 0; }
 

@@ -1,7 +1,6 @@
 // Pipelined chain Broadcast: the root sends slices to the next rank in ring
 // order; every rank stores each slice and forwards it, the last one only
-// stores it. With 2 ranks the receiver may copy the root's slices straight
-// from its input (Step::singleCopy) while the root stores its own copy.
+// stores it.
 #include "core/algorithms/ring_common.h"
 
 namespace loom::core {
@@ -27,11 +26,6 @@ Plan broadcastChain(const OpDesc& op, const PlanParams& p) {
       st.recvPeer = prev;
     }
     if (pos < n - 1) st.sendPeer = next;
-    if (pos == 0 && n == 2) {  // the root's input, stored as it is by the one receiver
-      st.singleCopy = p.singleCopy;
-      st.pullAlways = p.cpusShared;
-      st.oneWay = true;
-    }
     steps.push_back(st);
   }
   return plan;

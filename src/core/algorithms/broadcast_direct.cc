@@ -14,12 +14,8 @@ Plan broadcastDirect(const OpDesc& op, const PlanParams& p) {
     steps.push_back(Step{.recvPeer = op.root, .out = at(kRecvBuf, 0, 1), .bytes = bytes});
     return plan;
   }
-  // With 2 ranks the receiver may copy straight from the root's input
-  // (Step::singleCopy) while the root stores its own copy.
-  const bool single = p.nranks == 2 && p.singleCopy;
   for (int peer : othersFrom(p.rank, p.nranks))
-    steps.push_back(Step{.sendPeer = peer, .local = at(kSendBuf, 0, 1), .bytes = bytes, .singleCopy = single,
-                         .pullAlways = single && p.cpusShared, .oneWay = single});
+    steps.push_back(Step{.sendPeer = peer, .local = at(kSendBuf, 0, 1), .bytes = bytes});
   steps.push_back(Step{.local = at(kSendBuf, 0, 1), .out = at(kRecvBuf, 0, 1), .bytes = bytes});
   return plan;
 }

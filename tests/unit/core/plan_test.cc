@@ -177,8 +177,7 @@ void runCase(const Case& c, size_t sliceBytes, int channels = 1,
 
 // AllGather hints its own block's sends single-copy (one per slice in the
 // ring, one per peer direct) unless the communicator said not to (its ranks
-// have a CPU each); AllReduce does not (nor any collective whose receivers
-// fold or forward what they get; 2-rank Broadcast: below).
+// have a CPU each); nothing else does.
 TEST(PlanSimulator, AllGatherSendsItsInputSingleCopy) {
   auto hinted = [](const Plan& plan) {
     int n = 0;
@@ -206,39 +205,6 @@ TEST(PlanSimulator, AllGatherSendsItsInputSingleCopy) {
   op.kind = OpKind::kAllReduce;
   p = PlanParams{1, 4, 1024};
   EXPECT_EQ(hinted(*planCollective(op, p)), 0);
-}
-
-// A 2-rank Broadcast (chain or direct) hints its root's sends single-copy
-// and one-way (the executor keeps them in place only while cached);
-// receivers, more ranks and a communicator that said no hint nothing.
-TEST(PlanSimulator, TwoRankBroadcastSendsTheRootsInputSingleCopy) {
-  auto hints = [](const Plan& plan, bool oneWay) {
-    int n = 0;
-    for (const Stream& stream : plan.streams)
-      for (const Step& step : stream.steps) n += step.singleCopy && step.oneWay == oneWay;
-    return n;
-  };
-  OpDesc op{};
-  op.kind = OpKind::kBroadcast;
-  op.count = 1000;  // 4000 bytes: 4 slices of 1024
-  op.type = DataType::kFloat32;
-  op.root = 1;
-  for (Algorithm a : {Algorithm::kRing, Algorithm::kDirect})
-    for (int rank : {0, 1}) {
-      PlanParams p{rank, 2, 1024};
-      p.algorithm = a;
-      auto plan = planCollective(op, p);
-      ASSERT_TRUE(plan.isOk()) << plan.status().message();
-      EXPECT_EQ(hints(*plan, true), rank == 1 ? (a == Algorithm::kRing ? 4 : 1) : 0) << dumpPlan(*plan);
-      EXPECT_EQ(hints(*plan, false), 0) << dumpPlan(*plan);
-      p.singleCopy = false;
-      EXPECT_EQ(hints(*planCollective(op, p), true), 0);
-    }
-  for (Algorithm a : {Algorithm::kRing, Algorithm::kDirect}) {
-    PlanParams p{1, 3, 1024};
-    p.algorithm = a;
-    EXPECT_EQ(hints(*planCollective(op, p), true), 0) << "3 ranks: the root's input goes through the FIFO";
-  }
 }
 
 TEST(PlanSimulator, EveryCollectiveEveryRankCount) {
