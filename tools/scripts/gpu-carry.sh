@@ -12,7 +12,8 @@
 # machine's (12).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
-carry="${CARRY_DIR:-$root/.gpu-carry}"
+# Absolute: CMake would read a relative install prefix from its build folder.
+carry="$(realpath -m "${CARRY_DIR:-$root/.gpu-carry}")"
 src=/usr/src/googletest
 [ -f "$src/CMakeLists.txt" ] || "$root/tools/scripts/install-deps.sh"
 work="$(mktemp -d)"
