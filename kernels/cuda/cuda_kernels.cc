@@ -129,7 +129,7 @@ Status copyToMany(void* const* dsts, int ndsts, const void* src, size_t bytes, v
     const bool flush = l.ndsts == detail::kMaxSourcesPerLaunch || (d == ndsts - 1 && l.ndsts > 0);
     if (!flush) continue;
     if (l.ndsts == 1) {
-      if (cudaError_t e = cudaMemcpyAsync(l.dsts[0], src, bytes, cudaMemcpyDeviceToDevice, s); e != cudaSuccess) {
+      if (cudaError_t e = cudaMemcpyAsync(l.dsts[0], src, bytes, cudaMemcpyDefault, s); e != cudaSuccess) {
         return cudaFailure("cudaMemcpyAsync", e);
       }
     } else {

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/launch.h"
+#include "kernels/cuda/launch_kernel.cuh"
 
 namespace loom::kernels::cuda::detail {
 namespace {
@@ -27,8 +28,7 @@ __global__ void gateIndirectKernel(const volatile uint64_t* word, const volatile
 }  // namespace
 
 int launchGateIndirect(const uint64_t* word, const uint64_t* target, void* stream) {
-  gateIndirectKernel<<<1, 1, 0, static_cast<cudaStream_t>(stream)>>>(word, target);
-  return int(cudaGetLastError());
+  return launchKernel(gateIndirectKernel, 1, 1, stream, word, target);
 }
 
 int preloadGateKernels() {
@@ -38,8 +38,7 @@ int preloadGateKernels() {
 }
 
 int launchGate(const uint64_t* word, uint64_t value, void* stream) {
-  gateKernel<<<1, 1, 0, static_cast<cudaStream_t>(stream)>>>(word, value);
-  return int(cudaGetLastError());
+  return launchKernel(gateKernel, 1, 1, stream, word, value);
 }
 
 }  // namespace loom::kernels::cuda::detail

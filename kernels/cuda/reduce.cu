@@ -14,6 +14,7 @@
 
 #include "kernels/chain.h"
 #include "kernels/cuda/launch.h"
+#include "kernels/cuda/launch_kernel.cuh"
 #include "kernels/ops.h"
 #include "kernels/types.h"
 
@@ -125,12 +126,10 @@ int launchOp(const ReduceLaunch& l, const Params& p, const Op& op, cudaStream_t 
   if constexpr (Fp32Sum<T, Op>::value) {
     if (l.fp32) {
       terms = Fp32Sum<T, Op>::terms(op);
-      reduceKernel<T, Op, true><<<l.blocks, l.threads, 0, stream>>>(p, op, terms);
-      return int(cudaGetLastError());
+      return launchKernel(reduceKernel<T, Op, true>, l.blocks, l.threads, stream, p, op, terms);
     }
   }
-  reduceKernel<T, Op, false><<<l.blocks, l.threads, 0, stream>>>(p, op, terms);
-  return int(cudaGetLastError());
+  return launchKernel(reduceKernel<T, Op, false>, l.blocks, l.threads, stream, p, op, terms);
 }
 
 template <typename T>
@@ -257,8 +256,7 @@ int launchCopy(const CopyLaunch& l, void* stream) {
     p.head = p.bytes;
     p.packs = 0;
   }
-  copyKernel<<<l.blocks, l.threads, 0, static_cast<cudaStream_t>(stream)>>>(p);
-  return int(cudaGetLastError());
+  return launchKernel(copyKernel, l.blocks, l.threads, stream, p);
 }
 
 int preloadReduceKernels() {

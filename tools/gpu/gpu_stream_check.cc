@@ -170,16 +170,23 @@ int graph() {
   cudaGraphExec_t execs[2];
   for (int i = 0; i < 2; ++i) cuda(cudaGraphInstantiate(&execs[i], graphs[i], 0), "cudaGraphInstantiate");
   expectAll(out[0], 16, -1.0f, "capture must not run the collective");
-  std::vector<std::vector<float>> inputs(2 * kReplays), results(2 * kReplays, std::vector<float>(kCount));
+  // Inputs and results live in pinned memory: a copy to or from pageable
+  // memory waits for the stream on the calling thread, and rank 0's replay
+  // cannot finish before rank 1's is launched.
+  float* inputs = nullptr;
+  float* results = nullptr;
+  const size_t total = size_t(2 * kReplays) * kCount;
+  cuda(cudaMallocHost(reinterpret_cast<void**>(&inputs), total * sizeof(float)), "cudaMallocHost");
+  cuda(cudaMallocHost(reinterpret_cast<void**>(&results), total * sizeof(float)), "cudaMallocHost");
   for (int k = 0; k < kReplays; ++k)
     for (int i = 0; i < 2; ++i) {
-      auto& src = inputs[size_t(2 * k + i)];
-      src.assign(kCount, float((i + 1) * (k + 1)));
-      cuda(cudaMemcpyAsync(in[i], src.data(), kCount * sizeof(float), cudaMemcpyHostToDevice, r.streams[size_t(i)]),
+      float* src = inputs + size_t(2 * k + i) * kCount;
+      std::fill(src, src + kCount, float((i + 1) * (k + 1)));
+      cuda(cudaMemcpyAsync(in[i], src, kCount * sizeof(float), cudaMemcpyHostToDevice, r.streams[size_t(i)]),
            "cudaMemcpyAsync");
       cuda(cudaGraphLaunch(execs[i], r.streams[size_t(i)]), "cudaGraphLaunch");
-      cuda(cudaMemcpyAsync(results[size_t(2 * k + i)].data(), out[i], kCount * sizeof(float), cudaMemcpyDeviceToHost,
-                           r.streams[size_t(i)]),
+      cuda(cudaMemcpyAsync(results + size_t(2 * k + i) * kCount, out[i], kCount * sizeof(float),
+                           cudaMemcpyDeviceToHost, r.streams[size_t(i)]),
            "cudaMemcpyAsync");
     }
   for (auto s : r.streams)
@@ -187,8 +194,10 @@ int graph() {
   for (int k = 0; k < kReplays; ++k)
     for (int i = 0; i < 2; ++i)
       for (size_t e = 0; e < kCount; ++e)
-        if (results[size_t(2 * k + i)][e] != float(3 * (k + 1)))
+        if (results[size_t(2 * k + i) * kCount + e] != float(3 * (k + 1)))
           fail("replay " + std::to_string(k + 1) + " rank " + std::to_string(i) + " element " + std::to_string(e));
+  cudaFreeHost(inputs);
+  cudaFreeHost(results);
   for (int i = 0; i < 2; ++i) {
     cudaGraphExecDestroy(execs[i]);
     cudaGraphDestroy(graphs[i]);
