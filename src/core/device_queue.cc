@@ -275,6 +275,8 @@ Status DeviceQueue::reserveForEverySize() {
   return Status::ok();
 }
 
+int DeviceQueue::device() const { return comm_->cudaDevice(); }
+
 Status DeviceQueue::queueGates(Submission& sub) {
   if (sub.replay) {
     // The graph owns the replay first: its host function is captured.
@@ -375,10 +377,35 @@ void DeviceQueue::loop() {
     {
       std::unique_lock<std::mutex> lock(signal_->mutex);
       auto next = signal_->jobs.end();
-      signal_->cv.wait(lock, [&] {
+      auto ready = [&] {
         next = nextJob();
         return signal_->stop || signal_->aborted || (!signal_->jobs.empty() && next != signal_->jobs.end());
-      });
+      };
+      // Waiting is normal (a user's stream may be busy for long), but a
+      // replay held behind a call that waits for its stream for
+      // LOOM_STALL_WARN_S is most likely the one order this queue cannot
+      // see: the graph replayed on another stream than it was captured
+      // on, that call queued after it there. Said once per stall.
+      const double warnAfter = comm_->options().stallWarnS;
+      std::chrono::steady_clock::time_point blockedSince{};
+      bool blocked = false, warned = false;
+      while (!signal_->cv.wait_for(lock, std::chrono::seconds(1), ready)) {
+        if (!replayHeldBack()) {
+          blocked = warned = false;
+        } else if (!blocked) {
+          blocked = true;
+          blockedSince = std::chrono::steady_clock::now();
+        } else if (!warned && warnAfter > 0 &&
+                   std::chrono::steady_clock::now() - blockedSince >= std::chrono::duration<double>(warnAfter)) {
+          warned = true;
+          LOOM_WARN("%s: a graph replay has been ready for %.0f s behind an operation that still waits for its "
+                    "stream. If the graph was launched on another stream than the one it was captured on, and "
+                    "that operation was then called on the launch stream, they wait for each other: replay a "
+                    "graph that holds loom operations on its capture stream, or make that stream wait for "
+                    "the replay (an event) before calling loom on it (LOOM_STALL_WARN_S)",
+                    comm_->describe().c_str(), warnAfter);
+        }
+      }
       if (signal_->stop || signal_->aborted) return;
       job = std::move(*next);
       signal_->jobs.erase(next);
@@ -425,6 +452,14 @@ std::deque<std::shared_ptr<DeviceQueue::Job>>::iterator DeviceQueue::nextJob() {
     }
   }
   return jobs.end();
+}
+
+// Under the mutex: the first job waits for its stream while a replay behind
+// it is ready (and nextJob() will not let it pass).
+bool DeviceQueue::replayHeldBack() const {
+  const auto& jobs = signal_->jobs;
+  if (jobs.empty() || jobs.front()->waiting == 0 || jobs.front()->replay) return false;
+  return std::any_of(jobs.begin() + 1, jobs.end(), [](const auto& j) { return j->replay && j->waiting == 0; });
 }
 
 Status DeviceQueue::run(Job& job) {

@@ -84,6 +84,8 @@ class DeviceQueue {
   // Their staging stops growing once every slot holds a whole slice.
   Status reserveForEverySize();
   Status queueGates(Submission& submission);
+  // The communicator's device: current on the thread that queues.
+  int device() const;
   // Waits until every job submitted so far has been released, at most
   // `seconds` (<= 0: no limit); an error when the time ran out.
   Status drain(double seconds);
@@ -99,6 +101,7 @@ class DeviceQueue {
   size_t stagingNeed(std::span<const OpDesc> ops);
   Status reserve(size_t bytes);
   std::deque<std::shared_ptr<Job>>::iterator nextJob();
+  bool replayHeldBack() const;
   void loop();
   Status run(Job& job);
   void flushConnections();

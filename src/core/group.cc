@@ -543,8 +543,15 @@ Status submitToDevices(std::vector<PendingOp> ops) {
   }
   std::vector<std::pair<DeviceQueue*, std::unique_ptr<DeviceQueue::Submission>>> queued;
   Status s;
+  // Each communicator's work is queued with its device current: a launch
+  // on a stream of another device fails (one thread may drive several GPUs).
   for (size_t i = 0; i < comms.size(); ++i) {
     DeviceQueue* q = comms[i]->deviceQueue();
+    device::ScopedDevice bound(device::api(), comms[i]->cudaDevice());
+    if (!bound.status().isOk()) {
+      s = bound.status();
+      break;
+    }
     auto sub = q->queueHostFunctions(std::move(perComm[i].first), std::move(perComm[i].second));
     if (!sub.isOk()) {
       s = sub.takeStatus();
@@ -555,7 +562,8 @@ Status submitToDevices(std::vector<PendingOp> ops) {
   // What was queued gets its gates even after a failure: a job left
   // without them would never be released.
   for (auto& [q, sub] : queued) {
-    Status g = q->queueGates(*sub);
+    device::ScopedDevice bound(device::api(), q->device());
+    Status g = bound.status().isOk() ? q->queueGates(*sub) : bound.status();
     if (s.isOk()) s = g;
   }
   return s.isOk() ? mismatch : s;

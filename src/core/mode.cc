@@ -12,6 +12,9 @@ Result<Mode> resolveMode(const std::string& want) {
     return invalidArgument("LOOM_DEVICE='" + want + "' is not one of auto, host, cuda");
   }
   device::Api* api = device::api();
+  // A GPU whose driver is too old must not pass for no GPU: auto would take
+  // host mode and be handed device pointers.
+  if (api) LOOM_TRY(api->checkDriver());
   const int devices = api ? api->deviceCount() : 0;
   if (devices > 0) return Mode::kCuda;
   if (want == "cuda") {

@@ -52,16 +52,43 @@ class CudaApi final : public Api {
   int deviceCount() override {
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess) {
-      cudaGetLastError();  // not sticky: "no driver" / "no device" only means none
+      cudaGetLastError();  // not sticky
       return 0;
     }
     return n;
+  }
+
+  Status checkDriver() override {
+    int n = 0;
+    const cudaError_t e = cudaGetDeviceCount(&n);
+    if (e == cudaSuccess || e == cudaErrorNoDevice || e == cudaErrorStubLibrary) return Status::ok();
+    cudaGetLastError();
+    int driver = 0;
+    if (cudaDriverGetVersion(&driver) != cudaSuccess) driver = 0;
+    // No driver at all reads as an insufficient one of version 0.
+    if (e == cudaErrorInsufficientDriver && driver == 0) return Status::ok();
+    auto version = [](int v) { return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10); };
+    std::string why = std::string("the CUDA driver cannot be used: ") + cudaGetErrorString(e);
+    if (e == cudaErrorInsufficientDriver) {
+      why = "the CUDA driver here (CUDA " + version(driver) + ") is older than the CUDA runtime this loom was "
+            "built with (" + version(CUDART_VERSION) + ")";
+    }
+    return Status(Code::kCudaError, why + ": install a newer driver, or set LOOM_DEVICE=host to use host "
+                                          "buffers only");
   }
 
   Result<int> currentDevice() override {
     int d = 0;
     if (cudaError_t e = cudaGetDevice(&d); e != cudaSuccess) return failure("cudaGetDevice", e);
     return d;
+  }
+
+  bool contextCurrent() override {
+    using GetCurrent = int (*)(void**);
+    static const GetCurrent getCurrent = driverEntryPoint<GetCurrent>("cuCtxGetCurrent", 4000);
+    void* context = nullptr;
+    if (getCurrent == nullptr || getCurrent(&context) != 0) return true;  // unknown: as if there were one
+    return context != nullptr;
   }
 
   Status setDevice(int device) override {

@@ -44,8 +44,11 @@ ScopedDevice::ScopedDevice(Api* table, int device) : table_(table) {
     status_ = current.takeStatus();
     return;
   }
-  previous_ = current.value();
-  if (previous_ != device) status_ = table_->setDevice(device);
+  if (current.value() == device) return;  // nothing to change, nothing to restore
+  // A thread with no context current (one of loom's, or a user's that never
+  // used CUDA) reads device 0; restoring that would create a context there.
+  if (table_->contextCurrent()) previous_ = current.value();
+  status_ = table_->setDevice(device);
 }
 
 ScopedDevice::~ScopedDevice() {

@@ -47,8 +47,16 @@ class Api {
 
   // Devices present; 0 without a GPU or driver (never fails).
   virtual int deviceCount() = 0;
+  // Ok where a driver answers or none is installed; an error where one is
+  // installed but cannot be used (older than the runtime, devices busy or
+  // failing): deviceCount() then says 0 too, and a communicator that would
+  // otherwise take host mode for device buffers fails with this instead.
+  virtual Status checkDriver() { return Status::ok(); }
   // The calling thread's current device.
   virtual Result<int> currentDevice() = 0;
+  // Whether the calling thread has a CUDA context current. Without one,
+  // currentDevice() says 0 and setting device 0 would create its context.
+  virtual bool contextCurrent() { return true; }
   virtual Status setDevice(int device) = 0;
   // The device's UUID, 32 hex digits.
   virtual Result<std::string> deviceUuid(int device) = 0;

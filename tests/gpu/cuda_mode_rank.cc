@@ -50,7 +50,7 @@ int main(int argc, char** argv) {
   const std::string what = argv[3];
   const char* ipc = std::getenv("LOOM_TEST_EMULATED_IPC");
   static EmulatedDevice* emu =
-      new EmulatedDevice(EmulatedDevice::Options{1, 500, !(ipc && std::strcmp(ipc, "off") == 0)});
+      new EmulatedDevice(EmulatedDevice::Options::with(1, 500, !(ipc && std::strcmp(ipc, "off") == 0)));
   loom::device::setApiForTesting(emu);
 
   loomSetBufferMode(loomBufferModeCuda);  // whatever LOOM_DEVICE says

@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/log.h"
 #include "common/settings.h"
 #include "device/device.h"
 #include "emulated_device.h"
@@ -33,7 +34,7 @@ using Stream = loom::device::Stream;
 // One table for the whole process: gate words handed out from its pinned
 // pages live as long as the process (device/device.h).
 EmulatedDevice& emu() {
-  static EmulatedDevice* d = new EmulatedDevice(EmulatedDevice::Options{2, 1000});
+  static EmulatedDevice* d = new EmulatedDevice(EmulatedDevice::Options::with(2, 1000));
   return *d;
 }
 
@@ -1006,6 +1007,61 @@ TEST_F(CudaMode, CapturedCollectiveReplaysInStreamOrder) {
   for (int r = 0; r < 2; ++r) EXPECT_TRUE(drains(streams_[size_t(r)])) << "a replay without its communicator hangs";
 }
 
+// A graph replayed on another stream than its capture stream, with a call
+// made after it on that stream: the queue runs calls in call order and
+// cannot see that the call waits for the replay, so they wait for each
+// other. The stall is named in a warning (after LOOM_STALL_WARN_S), and
+// abort still releases every stream.
+TEST_F(CudaMode, ReplayOnAnotherStreamHeldBehindACallIsNamed) {
+  setenv("LOOM_STALL_WARN_S", "1", 1);
+  loom::settings::reload();
+  makeRanks(2);
+  unsetenv("LOOM_STALL_WARN_S");
+  loom::settings::reload();
+  constexpr size_t kCount = 1000;
+  DeviceBuffer buf0(kCount * sizeof(float)), buf1(kCount * sizeof(float));
+  DeviceBuffer* buf[2] = {&buf0, &buf1};
+  for (int r = 0; r < 2; ++r) emu().beginCapture(streams_[size_t(r)]);
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  for (int r = 0; r < 2; ++r)
+    ASSERT_EQ(ncclAllReduce(buf[r]->ptr, buf[r]->ptr, kCount, ncclFloat, ncclSum, comms_[size_t(r)],
+                            asCuda(streams_[size_t(r)])),
+              ncclSuccess);
+  ASSERT_EQ(ncclGroupEnd(), ncclSuccess);
+  std::shared_ptr<EmulatedDevice::Graph> graphs[2];
+  for (int r = 0; r < 2; ++r) graphs[r] = emu().endCapture(streams_[size_t(r)]);
+  Stream other[2] = {emu().createStream().value(), emu().createStream().value()};
+  Latch latch;  // the call is queued before the replay reaches the host
+  for (int r = 0; r < 2; ++r) {
+    latch.holdStream(other[r]);
+    emu().launchGraph(*graphs[r], other[r]);
+  }
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  for (int r = 0; r < 2; ++r)
+    ASSERT_EQ(ncclAllReduce(buf[r]->ptr, buf[r]->ptr, kCount, ncclFloat, ncclSum, comms_[size_t(r)],
+                            asCuda(other[r])),
+              ncclSuccess);
+  ASSERT_EQ(ncclGroupEnd(), ncclSuccess);
+  LOOM_WARN("test: no stall warning yet");  // lastWarning() is the process's
+  latch.open();
+  bool named = false;
+  for (int i = 0; i < 100 && !named; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    named = std::string(loom::log::lastWarning()).find("graph replay has been ready") != std::string::npos;
+  }
+  EXPECT_TRUE(named) << "last warning: " << loom::log::lastWarning();
+  // Both at once, as the ranks' processes would: freeing one's device
+  // memory waits for the device, so for the other's held stream too.
+  std::vector<std::future<ncclResult_t>> aborts;
+  for (ncclComm_t c : comms_) aborts.push_back(std::async(std::launch::async, [c] { return ncclCommAbort(c); }));
+  for (auto& a : aborts) EXPECT_EQ(a.get(), ncclSuccess);
+  for (ncclComm_t& c : comms_) c = nullptr;
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_TRUE(drains(other[r])) << "abort must release the replay's stream";
+    emu().destroyStream(other[r]);
+  }
+}
+
 // A captured group must keep each communicator's calls on one stream: else
 // refused at the call, with the reason.
 TEST_F(CudaMode, CaptureAcrossStreamsIsRefusedClearly) {
@@ -1053,6 +1109,29 @@ TEST_F(CudaMode, ManyQueuedOperationsAcrossStreams) {
   }
   // Each operation doubles: the streams' interleaving never reordered them.
   for (int r = 0; r < 2; ++r) EXPECT_EQ(bufs[size_t(r)]->host<int32_t>()[kCount - 1], 1 << kOps);
+}
+
+// A driver that is installed but cannot be used (older than the runtime)
+// is an error for cuda mode, never "no GPU": auto would otherwise take
+// host mode and be handed device pointers. Host mode still works.
+TEST(CudaModeDriver, UnusableDriverIsAnErrorNotHostMode) {
+  EmulatedDevice::Options options;
+  options.driverError = "the CUDA driver here (CUDA 12.2) is older than the CUDA runtime";
+  EmulatedDevice old(options);
+  loom::device::setApiForTesting(&old);
+  ASSERT_EQ(loomSetBufferMode(loomBufferModeCuda), ncclSuccess);
+  ncclComm_t comm = nullptr;
+  EXPECT_EQ(ncclCommInitAll(&comm, 1, nullptr), ncclUnhandledCudaError);
+  EXPECT_NE(std::string(ncclGetLastError(nullptr)).find("older than the CUDA runtime"), std::string::npos)
+      << ncclGetLastError(nullptr);
+  ASSERT_EQ(loomSetBufferMode(loomBufferModeHost), ncclSuccess);
+  ASSERT_EQ(ncclCommInitAll(&comm, 1, nullptr), ncclSuccess) << ncclGetLastError(nullptr);
+  loomBufferMode_t mode = loomBufferModeDefault;
+  ASSERT_EQ(loomCommGetBufferMode(comm, &mode), ncclSuccess);
+  EXPECT_EQ(mode, loomBufferModeHost);
+  EXPECT_EQ(ncclCommDestroy(comm), ncclSuccess);
+  ASSERT_EQ(loomSetBufferMode(loomBufferModeDefault), ncclSuccess);
+  loom::device::setApiForTesting(nullptr);
 }
 
 }  // namespace

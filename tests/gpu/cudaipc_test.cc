@@ -25,7 +25,7 @@ namespace {
 using test::EmulatedDevice;
 
 EmulatedDevice& emu() {
-  static EmulatedDevice* d = new EmulatedDevice(EmulatedDevice::Options{1, 200});
+  static EmulatedDevice* d = new EmulatedDevice(EmulatedDevice::Options::with(1, 200));
   return *d;
 }
 
@@ -239,6 +239,30 @@ TEST_P(CudaIpcPair, RegisteredSendsAreCopiedDirectlyInOrder) {
   EXPECT_EQ(a->directSends(), 1u);
   EXPECT_EQ(b->declinedPulls(), 1u);
   EXPECT_EQ(std::memcmp(bigOut.host(), big.host() + 4096, n), 0);
+}
+
+// Memory CUDA IPC cannot export (cudaMallocAsync pools, PyTorch's
+// expandable segments) registers all the same; its messages go through the
+// inboxes instead of failing.
+TEST_F(CudaIpc, RegisteredMemoryThatCannotBeExportedGoesThroughTheInbox) {
+  auto pair = makePair();
+  ASSERT_TRUE(pair.isOk()) << pair.status().message();
+  Pair& p = pair.value();
+  DeviceBytes big(4 * kSlot), out(4 * kSlot);
+  std::mt19937 rng(5);
+  for (size_t k = 0; k < big.bytes; ++k) big.host()[k] = uint8_t(rng());
+  emu().refuseIpcExport(true);
+  auto region = p.a->registerMemory(big.ptr, big.bytes, MemoryType::kDevice);
+  emu().refuseIpcExport(false);
+  ASSERT_TRUE(region.isOk()) << region.status().message();
+  Transfer send{big.ptr, big.bytes, MemoryType::kDevice}, recv{out.ptr, out.bytes, MemoryType::kDevice};
+  send.region = region.value().get();
+  ASSERT_TRUE(p.a->postSend(&send).isOk());
+  ASSERT_TRUE(p.b->postRecv(&recv).isOk());
+  Status st = drive(p, [&] { return send.done && recv.done; });
+  ASSERT_TRUE(st.isOk()) << st.message();
+  EXPECT_EQ(std::memcmp(out.host(), big.host(), big.bytes), 0);
+  EXPECT_EQ(static_cast<cudaipc::CudaIpcConnection*>(p.a.get())->directSends(), 0u);
 }
 
 // A receive with a holding sink is handed each piece where it lies in the

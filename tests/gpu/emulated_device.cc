@@ -258,6 +258,9 @@ void EmulatedDevice::freeDevice(void* p) {
 }
 
 Result<device::IpcHandle> EmulatedDevice::ipcHandle(void* base) {
+  if (refuseExport_.load()) {
+    return Status(Code::kCudaError, "emulated ipcHandle: this memory cannot be exported (as cudaMallocAsync's)");
+  }
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = allocations_.find(hostView(base));
   if (!isDevicePointer(base) || it == allocations_.end()) {

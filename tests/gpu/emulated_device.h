@@ -32,6 +32,7 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -46,13 +47,27 @@ class EmulatedDevice final : public device::Api {
     int maxDelayUs = 1000;
     // false: ipcOpen fails, as CUDA IPC does where containers forbid it.
     bool ipcWorks = true;
+    // Non-empty: a driver that is installed but cannot be used (checkDriver
+    // fails with this, deviceCount says 0), as one older than the runtime.
+    std::string driverError;
+
+    static Options with(int devices, int maxDelayUs, bool ipcWorks = true) {
+      Options o;
+      o.devices = devices;
+      o.maxDelayUs = maxDelayUs;
+      o.ipcWorks = ipcWorks;
+      return o;
+    }
   };
   explicit EmulatedDevice(Options options);
   EmulatedDevice() : EmulatedDevice(Options{}) {}
   ~EmulatedDevice() override;
 
   const char* name() const override { return "emulated"; }
-  int deviceCount() override { return options_.devices; }
+  int deviceCount() override { return options_.driverError.empty() ? options_.devices : 0; }
+  Status checkDriver() override {
+    return options_.driverError.empty() ? Status::ok() : Status(Code::kCudaError, options_.driverError);
+  }
   Result<int> currentDevice() override;
   Status setDevice(int device) override;
   Result<std::string> deviceUuid(int device) override;
@@ -73,6 +88,9 @@ class EmulatedDevice final : public device::Api {
   Status recordEvent(device::Event event, device::Stream stream) override;
   Result<bool> eventDone(device::Event event) override;
   Result<device::IpcHandle> ipcHandle(void* base) override;
+  // true: ipcHandle fails, as on memory CUDA IPC cannot export
+  // (cudaMallocAsync pools, cuMem* virtual memory).
+  void refuseIpcExport(bool refuse) { refuseExport_.store(refuse); }
   Result<Range> addressRange(const void* p) override;
   Result<void*> ipcOpen(const device::IpcHandle& handle) override;
   void ipcClose(void* mapped) override;
@@ -128,6 +146,7 @@ class EmulatedDevice final : public device::Api {
   std::map<void*, std::shared_ptr<EventState>> events_;
   std::set<int> loaded_;  // devices whose kernels are loaded
   std::atomic<uint64_t> reduceLaunches_{0};
+  std::atomic<bool> refuseExport_{false};
 };
 
 }  // namespace loom::test

@@ -122,8 +122,16 @@ Result<std::unique_ptr<Region>> CudaIpcConnection::registerMemory(void* base, si
   if (b < a || size_t(b - a) + bytes > range.bytes) {
     return invalidArgument("the registered buffer spans more than one device allocation");
   }
-  LOOM_ASSIGN_OR_RETURN(device::IpcHandle handle, api_->ipcHandle(range.base));
-  return std::unique_ptr<Region>(new PeerReadable(base, bytes, range.base, handle));
+  auto handle = api_->ipcHandle(range.base);
+  if (!handle.isOk()) {
+    // Memory CUDA IPC cannot export (cudaMallocAsync pools, cuMem* virtual
+    // memory such as PyTorch's expandable segments): it stays usable,
+    // through the inbox, as if it were not registered.
+    LOOM_INFO(log::kP2p, "a registered buffer of %zu bytes cannot be shared with %s through CUDA IPC (%s): its "
+              "messages go through the inbox", bytes, rankName(peer_).c_str(), handle.status().message().c_str());
+    return Connection::registerMemory(base, bytes, memory);
+  }
+  return std::unique_ptr<Region>(new PeerReadable(base, bytes, range.base, handle.value()));
 }
 
 Status CudaIpcConnection::attach(const Descriptor& peer) {
