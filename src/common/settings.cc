@@ -112,7 +112,8 @@ constexpr Spec kTable[] = {
      "Seconds an operation may make no progress before each waiting rank logs a WARN naming the "
      "communicator, the operation with its sequence number and the ranks it waits for (host, pid); "
      "repeated every period while the stall lasts. Nothing fails: the operation completes if they "
-     "catch up. 0 = off."},
+     "catch up. In cuda mode also how long a CUDA graph replay may wait behind a later call before "
+     "a WARN names that case (a graph replayed on another stream than its capture stream). 0 = off."},
     {"LOOM_CHECK_COLLECTIVES", T::kBool, "0", "COLL",
      "1: before each collective of a communicator runs, its ranks compare what each called there "
      "(collective, count, type, op, root; one by one in call order, however the ranks group them); a "
