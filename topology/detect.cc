@@ -298,8 +298,9 @@ xml::Element toXml(const Machine& m, const std::vector<NetPort>& nets, const std
     }
   };
   for (const auto& f : m.pci) {
-    const uint32_t base = f.cls >> 16;
-    if (base == 0x03 || (f.cls >> 8) == 0x0680) keepWithParents(f.busId);
+    // NVIDIA display and 3D controllers, and bridges of class 0x0680
+    // (NVSwitch): a server's management VGA (ASPEED, Matrox) is no GPU.
+    if (isNvidiaGpu(f.cls, f.vendor) || (f.cls >> 8) == 0x0680) keepWithParents(f.busId);
   }
   for (const auto& n : nets) {
     if (!n.busId.empty()) keepWithParents(n.busId);

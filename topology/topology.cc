@@ -213,9 +213,11 @@ class Builder {
     for (const auto& c : e.children) {
       if (c.name == "gpu") gpuChild = &c;
     }
-    const long long base = cls >> 16;
+    // A display controller without <gpu> is a GPU only when it is NVIDIA's
+    // (or says no vendor, as hand-written files may): not a management VGA.
+    LOOM_ASSIGN_OR_RETURN(long long vendor, number(e, "vendor", kNvidiaVendor));
     Node n = node(NodeType::kPci, busId, numa, parent, busId);
-    n.type = gpuChild || base == 0x03 ? NodeType::kGpu
+    n.type = gpuChild || isNvidiaGpu(uint32_t(cls), uint32_t(vendor)) ? NodeType::kGpu
              : (cls >> 8) == 0x0680     ? NodeType::kNvSwitch
                                         : NodeType::kPci;
     if (gpuChild) {
@@ -242,7 +244,7 @@ class Builder {
         }
       }
     }
-    if (base == 0x02 && !nets && netNames_.insert(busId).second) {
+    if ((cls >> 16) == 0x02 && !nets && netNames_.insert(busId).second) {
       // A NIC the file lists without its ports (vendor files leave them to
       // be found at run time): one port of unknown speed, named by bus id.
       const int port = add(node(NodeType::kNet, busId, numa, self, busId));

@@ -33,6 +33,10 @@
 namespace loom::topology {
 
 enum class NodeType { kCpu, kPci, kGpu, kNet, kNvSwitch };
+
+inline constexpr uint32_t kNvidiaVendor = 0x10de;
+// A PCI function of class 0x03 (display, 3D controller) made by NVIDIA.
+constexpr bool isNvidiaGpu(uint32_t cls, uint32_t vendor) { return (cls >> 16) == 0x03 && vendor == kNvidiaVendor; }
 const char* nodeTypeName(NodeType t);
 
 struct Cache {

@@ -54,6 +54,7 @@ class FakeSysfs : public ::testing::Test {
     pci(sw + "/0000:83:00.0", "0x020700", "1", "0x15b3");
     pci("devices/pci0000:00/0000:00:1f.6", "0x020000", "0", "0x8086");  // onboard NIC, NUMA 0
     pci("devices/pci0000:00/0000:00:02.0", "0x060000", "0");            // host bridge: not kept
+    pci("devices/pci0000:00/0000:00:1c.0", "0x030000", "0", "0x1a03");  // the BMC's VGA: no GPU
     // The IB port of the NIC, and its netdev; a virtual interface; loopback.
     link("class/infiniband/mlx5_0/device", sw + "/0000:83:00.0");
     write("class/infiniband/mlx5_0/ports/1/state", "4: ACTIVE\n");
@@ -138,6 +139,7 @@ TEST_F(FakeSysfs, FindsNumaCachesPciTreeGpuAndNics) {
   EXPECT_EQ(t->find(NodeType::kNet, "lo"), -1);
   EXPECT_EQ(t->find(NodeType::kNet, "mlx5_0:2"), -1);
   EXPECT_EQ(t->find(NodeType::kPci, "0000:00:02.0"), -1);  // leads to nothing kept
+  EXPECT_EQ(t->find(NodeType::kPci, "0000:00:1c.0"), -1);  // a management VGA is neither GPU nor kept
   // The GPU and the IB NIC share the switch: a rank on that GPU is the one
   // its host's ring leaves from.
   auto rank = gpuRank(t.value(), 0, "0000:82:00.0");

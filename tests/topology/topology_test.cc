@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <set>
 #include <string>
 
 namespace loom::topology {
@@ -131,6 +132,23 @@ TEST(Topology, BadTopologiesNameFileLineAndElement) {
     ASSERT_FALSE(t.isOk()) << c.text;
     EXPECT_NE(t.status().message().find(c.expect), std::string::npos) << t.status().message();
   }
+}
+
+// A display controller is a GPU when it is NVIDIA's or names no vendor; a
+// server's management VGA (ASPEED) is not.
+TEST(Topology, OnlyNvidiaDisplayControllersAreGpus) {
+  auto root = xml::parse("<system><cpu numaid=\"0\">"
+                         "<pci busid=\"0000:02:00.0\" class=\"0x030000\" vendor=\"0x1a03\"/>"
+                         "<pci busid=\"0000:03:00.0\" class=\"0x030200\" vendor=\"0x10de\"/>"
+                         "<pci busid=\"0000:04:00.0\" class=\"0x030200\"/>"
+                         "</cpu></system>",
+                         "vga.xml");
+  ASSERT_TRUE(root.isOk()) << root.status().message();
+  auto t = fromXml(std::move(root).value(), "vga.xml");
+  ASSERT_TRUE(t.isOk()) << t.status().message();
+  std::set<std::string> gpus;
+  for (int g : t->ofType(NodeType::kGpu)) gpus.insert(t->nodes[size_t(g)].busId);
+  EXPECT_EQ(gpus, (std::set<std::string>{"0000:03:00.0", "0000:04:00.0"}));
 }
 
 // Odd values found by fuzzing: a speed that is not a number gets the
