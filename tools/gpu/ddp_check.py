@@ -4,7 +4,11 @@ is loaded (tools/gpu_check.sh preloads loom's): after a few SGD steps on
 half a batch each, both ranks' parameters must be identical, and equal
 (within 1e-5 relative, as norms of the difference and of the reference) to
 a 1-rank run on the full batch.
-Prints "ddp: ok (relative difference ...)" and exits 0 on success."""
+Prints "ddp: ok (relative difference ...)" and exits 0 on success.
+Each rank first checks that loom is the NCCL it runs on (its extension
+symbol is there, and the libnccl.so.2 mapped is the preloaded one); NVIDIA's
+NCCL would refuse two ranks on one GPU anyway ("Duplicate GPU")."""
+import ctypes
 import os
 import socket
 import sys
@@ -15,6 +19,25 @@ import torch.multiprocessing as mp
 
 STEPS = 5
 BATCH = 64
+
+
+def exact_float32():
+    # TF32 matmuls (allowed by some images) would blur the comparison.
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+
+
+def loom_loaded():
+    try:
+        ctypes.CDLL(None).loomSetBufferMode
+    except AttributeError:
+        return "loomSetBufferMode is not in this process: LD_PRELOAD did not bring loom's libnccl.so.2"
+    with open("/proc/self/maps") as f:
+        mapped = sorted({line.split()[-1] for line in f if "libnccl" in line})
+    preload = os.path.realpath(os.environ.get("LD_PRELOAD", ""))
+    if any(os.path.realpath(m) != preload for m in mapped):
+        return "another libnccl is mapped too: %s" % ", ".join(mapped)
+    return None
 
 
 def model():
@@ -40,6 +63,10 @@ def train(net, x, y):
 def rank_main(rank, world, port, out):
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
+    why = loom_loaded()
+    if why:
+        raise SystemExit("ddp: FAILED: " + why)
+    exact_float32()
     torch.cuda.set_device(0)  # both ranks on the one GPU
     dist.init_process_group("nccl", rank=rank, world_size=world)
     net = torch.nn.parallel.DistributedDataParallel(model().cuda(), device_ids=[0])
@@ -66,6 +93,7 @@ def main():
     if not torch.equal(ranks[0], ranks[1]):
         print("ddp: FAILED: the two ranks' parameters differ (max %g)" % (ranks[0] - ranks[1]).abs().max().item())
         return 1
+    exact_float32()
     ref = model().cuda()
     x, y = data("cuda")
     train(ref, x, y)
