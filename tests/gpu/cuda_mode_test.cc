@@ -40,6 +40,16 @@ EmulatedDevice& emu() {
 
 cudaStream_t asCuda(Stream s) { return static_cast<cudaStream_t>(s); }
 
+// A stream of `device`, as the user of a communicator there creates it
+// (a kernel launch on another device's stream fails).
+Stream streamOn(int device) {
+  const int was = emu().currentDevice().value();
+  EXPECT_TRUE(emu().setDevice(device).isOk());
+  Stream s = emu().createStream().value();
+  EXPECT_TRUE(emu().setDevice(was).isOk());
+  return s;
+}
+
 // A stream "kernel" that holds its stream until the test opens it: proves a
 // call returned without waiting for the stream's earlier work.
 class Latch {
@@ -102,7 +112,8 @@ class CudaMode : public ::testing::Test {
   void makeRanks(int n) {
     comms_.assign(size_t(n), nullptr);
     ASSERT_EQ(ncclCommInitAll(comms_.data(), n, nullptr), ncclSuccess) << ncclGetLastError(nullptr);
-    for (int r = 0; r < n; ++r) streams_.push_back(emu().createStream().value());
+    // ncclCommInitAll puts rank r on device r % 2.
+    for (int r = 0; r < n; ++r) streams_.push_back(streamOn(r % 2));
   }
   void TearDown() override {
     for (ncclComm_t c : comms_) {
@@ -221,8 +232,9 @@ TEST_F(CudaMode, AllReduceIsOrderedOnTheStreamAndReturnsAtOnce) {
   EXPECT_EQ(err, 0);
 }
 
-// Ranks of one process sharing one stream (a single-GPU job whose group
-// puts every rank's call on stream 0): every host function goes on the
+// Ranks of one process sharing one stream (a job whose group puts every
+// rank's call on the legacy stream 0, which follows the current device):
+// every host function goes on the
 // stream before any gate, else rank 0's gate would hold back rank 1's host
 // function while rank 0's operation waits for rank 1.
 TEST_F(CudaMode, RanksSharingOneStreamInAGroup) {
@@ -235,7 +247,7 @@ TEST_F(CudaMode, RanksSharingOneStreamInAGroup) {
     float* host = in.back()->host<float>();
     for (size_t i = 0; i < kCount; ++i) host[i] = float(r + 1);
   }
-  const Stream shared = streams_[0];
+  const Stream shared = nullptr;
   for (int round = 0; round < 3; ++round) {
     ASSERT_EQ(ncclGroupStart(), ncclSuccess);
     for (int r = 0; r < n(); ++r) {
@@ -767,7 +779,7 @@ TEST_F(CudaMode, GrowKeepsTheModeAndDevice) {
     });
   }
   for (auto& t : threads) t.join();
-  streams_.push_back(emu().createStream().value());
+  streams_.push_back(streamOn(1));  // the new rank's
   constexpr size_t kCount = 1000;
   std::vector<std::unique_ptr<DeviceBuffer>> bufs;
   for (int r = 0; r < 3; ++r) {
@@ -1030,7 +1042,7 @@ TEST_F(CudaMode, ReplayOnAnotherStreamHeldBehindACallIsNamed) {
   ASSERT_EQ(ncclGroupEnd(), ncclSuccess);
   std::shared_ptr<EmulatedDevice::Graph> graphs[2];
   for (int r = 0; r < 2; ++r) graphs[r] = emu().endCapture(streams_[size_t(r)]);
-  Stream other[2] = {emu().createStream().value(), emu().createStream().value()};
+  Stream other[2] = {streamOn(0), streamOn(1)};
   Latch latch;  // the call is queued before the replay reaches the host
   for (int r = 0; r < 2; ++r) {
     latch.holdStream(other[r]);
@@ -1086,7 +1098,7 @@ TEST_F(CudaMode, ManyQueuedOperationsAcrossStreams) {
   makeRanks(2);
   constexpr int kOps = 20;
   constexpr size_t kCount = 257;
-  Stream extra[2] = {emu().createStream().value(), emu().createStream().value()};
+  Stream extra[2] = {streamOn(0), streamOn(1)};
   std::vector<std::unique_ptr<DeviceBuffer>> bufs;
   for (int r = 0; r < 2; ++r) {
     bufs.push_back(std::make_unique<DeviceBuffer>(kCount * sizeof(int32_t)));

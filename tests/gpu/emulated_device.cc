@@ -165,7 +165,18 @@ Result<device::Stream> EmulatedDevice::createStream() {
   void* handle = q.get();
   std::lock_guard<std::mutex> lock(mutex_);
   streams_[handle] = std::move(q);
+  streamDevice_[handle] = tCurrentDevice;
   return handle;
+}
+
+Status EmulatedDevice::onCurrentDevice(device::Stream stream, const char* what) {
+  if (stream == nullptr) return Status::ok();
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = streamDevice_.find(stream);
+  if (it == streamDevice_.end() || it->second == tCurrentDevice) return Status::ok();
+  return Status(Code::kCudaError, std::string("emulated ") + what + ": the stream belongs to device " +
+                                      std::to_string(it->second) + " while device " + std::to_string(tCurrentDevice) +
+                                      " is current (a kernel launch fails so on a GPU)");
 }
 
 void EmulatedDevice::destroyStream(device::Stream stream) {
@@ -176,6 +187,7 @@ void EmulatedDevice::destroyStream(device::Stream stream) {
     if (it == streams_.end()) return;
     q = std::move(it->second);
     streams_.erase(it);
+    streamDevice_.erase(stream);
   }
   // As cudaStreamDestroy: queued work still runs; the worker finishes it.
 }
@@ -344,6 +356,7 @@ Status EmulatedDevice::reduceAsync(const kernels::Reduction& r, void* dst, const
                                    int npartials, const void* local, size_t count, bool applyPost,
                                    device::Stream stream) {
   loadOnFirstLaunch(tCurrentDevice);
+  LOOM_TRY(onCurrentDevice(stream, "reduce kernel"));
   Queue* q = queueOf(stream);
   if (!q) return invalidArgument("unknown emulated stream");
   if (npartials < 0) return invalidArgument("emulated reduce: bad source count");
@@ -420,6 +433,7 @@ Status EmulatedDevice::launchHostFunc(device::Stream stream, void (*fn)(void*), 
 
 Status EmulatedDevice::launchGate(device::Stream stream, const uint64_t* word, uint64_t value) {
   loadOnFirstLaunch(tCurrentDevice);
+  LOOM_TRY(onCurrentDevice(stream, "gate kernel"));
   Queue* q = queueOf(stream);
   if (!q) return invalidArgument("unknown emulated stream");
   q->push([word, value] {
@@ -430,6 +444,7 @@ Status EmulatedDevice::launchGate(device::Stream stream, const uint64_t* word, u
 
 Status EmulatedDevice::launchGateIndirect(device::Stream stream, const uint64_t* word, const uint64_t* target) {
   loadOnFirstLaunch(tCurrentDevice);
+  LOOM_TRY(onCurrentDevice(stream, "gate kernel"));
   Queue* q = queueOf(stream);
   if (!q) return invalidArgument("unknown emulated stream");
   q->push([word, target] {

@@ -17,6 +17,8 @@
 //   device or pinned memory, opening and closing a peer's memory, a
 //   kernel's first launch without loadKernels) wait for every stream's
 //   earlier work, and report a would-be hang as a crash after 30 s.
+// - A stream belongs to the device current when it was created; a kernel
+//   launched on it while another device is current fails, as on a GPU.
 // - Graph capture: between beginCapture and endCapture a stream records
 //   what is queued on it instead of running it; launchGraph queues the
 //   recording again, as often as asked. Objects retained with the graph
@@ -128,6 +130,9 @@ class EmulatedDevice final : public device::Api {
   struct Queue;
   struct EventState;
   Queue* queueOf(device::Stream stream);
+  // As CUDA: a kernel launch fails on a stream of another device than the
+  // calling thread's current one (the legacy stream follows the thread).
+  Status onCurrentDevice(device::Stream stream, const char* what);
   void implicitSynchronize(const char* call);
   // As CUDA's lazy loading: the first kernel on a device (unless
   // loadKernels came first) waits for the device like cudaFree.
@@ -137,6 +142,7 @@ class EmulatedDevice final : public device::Api {
   std::shared_ptr<Queue> defaultStream_;  // the legacy default stream (nullptr)
   mutable std::mutex mutex_;
   std::map<void*, std::shared_ptr<Queue>> streams_;
+  std::map<void*, int> streamDevice_;  // the device current at createStream
   struct Allocation {
     size_t bytes;
     int fd;  // device memory: its memfd; pinned host memory: -1
