@@ -387,16 +387,24 @@ void DeviceQueue::loop() {
       // see: the graph replayed on another stream than it was captured
       // on, that call queued after it there. Said once per stall.
       const double warnAfter = comm_->options().stallWarnS;
-      std::chrono::steady_clock::time_point blockedSince{};
-      bool blocked = false, warned = false;
-      while (!signal_->cv.wait_for(lock, std::chrono::seconds(1), ready)) {
-        if (!replayHeldBack()) {
-          blocked = warned = false;
-        } else if (!blocked) {
-          blocked = true;
-          blockedSince = std::chrono::steady_clock::now();
-        } else if (!warned && warnAfter > 0 &&
-                   std::chrono::steady_clock::now() - blockedSince >= std::chrono::duration<double>(warnAfter)) {
+      std::chrono::steady_clock::time_point warnAt{};
+      bool heldBack = false, warned = false;  // a replay is held back; it was said
+      while (!ready()) {
+        if (warnAfter <= 0 || !replayHeldBack()) {
+          heldBack = warned = false;
+          signal_->cv.wait(lock);
+          continue;
+        }
+        if (warned) {
+          signal_->cv.wait(lock);
+          continue;
+        }
+        if (!heldBack) {
+          heldBack = true;
+          warnAt = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                                          std::chrono::duration<double>(warnAfter));
+        }
+        if (signal_->cv.wait_until(lock, warnAt) == std::cv_status::timeout && !ready() && replayHeldBack()) {
           warned = true;
           LOOM_WARN("%s: a graph replay has been ready for %.0f s behind an operation that still waits for its "
                     "stream. If the graph was launched on another stream than the one it was captured on, and "
