@@ -102,6 +102,7 @@ struct EmulatedDevice::Queue {
   }
 
   const int maxDelayUs;
+  int device = 0;  // current at createStream (the legacy stream: any)
   std::mt19937_64 rng;
   std::mutex mutex;
   std::condition_variable cv;
@@ -164,18 +165,16 @@ Result<device::Stream> EmulatedDevice::createStream() {
   auto q = std::make_shared<Queue>(options_.maxDelayUs, seeds++);
   void* handle = q.get();
   std::lock_guard<std::mutex> lock(mutex_);
+  q->device = tCurrentDevice;
   streams_[handle] = std::move(q);
-  streamDevice_[handle] = tCurrentDevice;
   return handle;
 }
 
 Status EmulatedDevice::onCurrentDevice(device::Stream stream, const char* what) {
-  if (stream == nullptr) return Status::ok();
-  std::lock_guard<std::mutex> lock(mutex_);
-  auto it = streamDevice_.find(stream);
-  if (it == streamDevice_.end() || it->second == tCurrentDevice) return Status::ok();
+  const Queue* q = stream ? queueOf(stream) : nullptr;
+  if (!q || q->device == tCurrentDevice) return Status::ok();
   return Status(Code::kCudaError, std::string("emulated ") + what + ": the stream belongs to device " +
-                                      std::to_string(it->second) + " while device " + std::to_string(tCurrentDevice) +
+                                      std::to_string(q->device) + " while device " + std::to_string(tCurrentDevice) +
                                       " is current (a kernel launch fails so on a GPU)");
 }
 
@@ -187,7 +186,6 @@ void EmulatedDevice::destroyStream(device::Stream stream) {
     if (it == streams_.end()) return;
     q = std::move(it->second);
     streams_.erase(it);
-    streamDevice_.erase(stream);
   }
   // As cudaStreamDestroy: queued work still runs; the worker finishes it.
 }

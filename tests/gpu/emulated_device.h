@@ -142,7 +142,6 @@ class EmulatedDevice final : public device::Api {
   std::shared_ptr<Queue> defaultStream_;  // the legacy default stream (nullptr)
   mutable std::mutex mutex_;
   std::map<void*, std::shared_ptr<Queue>> streams_;
-  std::map<void*, int> streamDevice_;  // the device current at createStream
   struct Allocation {
     size_t bytes;
     int fd;  // device memory: its memfd; pinned host memory: -1
